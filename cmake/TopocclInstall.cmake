@@ -1,0 +1,1 @@
+# install rules: populated with the api layer

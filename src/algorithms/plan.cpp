@@ -1,0 +1,113 @@
+#include "algorithms/plan.hpp"
+
+namespace topoccl::algo {
+
+const char* collectiveName(Collective c) noexcept {
+  switch (c) {
+    case Collective::AllReduce: return "allreduce";
+    case Collective::AllGather: return "allgather";
+    case Collective::ReduceScatter: return "reducescatter";
+    case Collective::Broadcast: return "broadcast";
+    case Collective::Reduce: return "reduce";
+    case Collective::AllToAll: return "alltoall";
+    case Collective::Gather: return "gather";
+    case Collective::Scatter: return "scatter";
+  }
+  return "unknown";
+}
+
+const char* bufferName(BufferId b) noexcept {
+  switch (b) {
+    case BufferId::Input: return "input";
+    case BufferId::Output: return "output";
+    case BufferId::Scratch: return "scratch";
+  }
+  return "unknown";
+}
+
+const char* stepKindName(StepKind k) noexcept {
+  switch (k) {
+    case StepKind::Nop: return "nop";
+    case StepKind::Send: return "s";
+    case StepKind::Recv: return "r";
+    case StepKind::RecvReduceSend: return "rrs";
+    case StepKind::RecvReduceCopy: return "rrc";
+    case StepKind::RecvCopySend: return "rcs";
+    case StepKind::RecvReduceCopySend: return "rrcs";
+    case StepKind::Copy: return "cpy";
+    case StepKind::Reduce: return "re";
+  }
+  return "unknown";
+}
+
+bool stepSends(StepKind k) noexcept {
+  return k == StepKind::Send || k == StepKind::RecvReduceSend || k == StepKind::RecvCopySend ||
+         k == StepKind::RecvReduceCopySend;
+}
+
+bool stepReceives(StepKind k) noexcept {
+  return k == StepKind::Recv || k == StepKind::RecvReduceSend || k == StepKind::RecvReduceCopy ||
+         k == StepKind::RecvCopySend || k == StepKind::RecvReduceCopySend;
+}
+
+bool stepReads(StepKind k) noexcept {
+  return k == StepKind::Send || k == StepKind::RecvReduceSend || k == StepKind::RecvReduceCopy ||
+         k == StepKind::RecvReduceCopySend || k == StepKind::Copy || k == StepKind::Reduce;
+}
+
+bool stepWrites(StepKind k) noexcept {
+  return k == StepKind::Recv || k == StepKind::RecvReduceCopy || k == StepKind::RecvCopySend ||
+         k == StepKind::RecvReduceCopySend || k == StepKind::Copy || k == StepKind::Reduce;
+}
+
+ElementRange chunkElements(const Plan& plan, size_t blockCount, uint32_t chunk) noexcept {
+  const uint64_t cpb = plan.chunksPerBlock;
+  const uint64_t block = chunk / cpb;
+  const uint64_t part = chunk % cpb;
+  // 128-bit product: blockCount may exceed 2^32 and cpb is small, but stay safe for any input.
+  const auto partStart = [&](uint64_t p) {
+    return static_cast<size_t>((static_cast<unsigned __int128>(blockCount) * p) / cpb);
+  };
+  const size_t base = static_cast<size_t>(block) * blockCount;
+  return {base + partStart(part), base + partStart(part + 1)};
+}
+
+ElementRange rangeElements(const Plan& plan, size_t blockCount, const ChunkRange& range) noexcept {
+  if (range.count == 0) {
+    const ElementRange at = chunkElements(plan, blockCount, range.offset);
+    return {at.begin, at.begin};
+  }
+  const ElementRange first = chunkElements(plan, blockCount, range.offset);
+  const ElementRange last = chunkElements(plan, blockCount, range.offset + range.count - 1);
+  return {first.begin, last.end};
+}
+
+uint32_t inputBlocks(Collective c, int nranks, int rank, int root) noexcept {
+  switch (c) {
+    case Collective::AllReduce:
+    case Collective::AllGather:
+    case Collective::Reduce:
+    case Collective::Gather: return 1;
+    case Collective::Broadcast: return rank == root ? 1 : 0;
+    case Collective::ReduceScatter:
+    case Collective::AllToAll: return static_cast<uint32_t>(nranks);
+    case Collective::Scatter: return rank == root ? static_cast<uint32_t>(nranks) : 0;
+  }
+  return 0;
+}
+
+uint32_t outputBlocks(Collective c, int nranks, int rank, int root) noexcept {
+  switch (c) {
+    case Collective::AllReduce:
+    case Collective::ReduceScatter:
+    case Collective::Broadcast:
+    case Collective::Scatter: return 1;
+    case Collective::Reduce: return rank == root ? 1 : 0;
+    case Collective::AllGather:
+    case Collective::AllToAll: return static_cast<uint32_t>(nranks);
+    case Collective::Gather: return rank == root ? static_cast<uint32_t>(nranks) : 0;
+  }
+  return 0;
+}
+
+}  // namespace topoccl::algo

@@ -1,0 +1,118 @@
+// The Plan IR: one data structure from generators / synthesizer / MSCCL import to the executor.
+// A plan is data. It names chunks of three buffers (input, output, scratch) and, per rank, a few
+// lanes of ordered steps. The executor (src/core) runs it; the validator proves it first.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace topoccl::algo {
+
+enum class Collective : uint8_t {
+  AllReduce,
+  AllGather,
+  ReduceScatter,
+  Broadcast,
+  Reduce,
+  AllToAll,
+  Gather,
+  Scatter,
+};
+inline constexpr int kNumCollectives = 8;
+const char* collectiveName(Collective c) noexcept;  // "allreduce", "allgather", ...
+
+enum class BufferId : uint8_t { Input, Output, Scratch };
+const char* bufferName(BufferId b) noexcept;
+
+// What one step does. "incoming" is the data received on the lane's receive connection.
+enum class StepKind : uint8_t {
+  Nop,                 // only waits for its dependencies
+  Send,                // send src
+  Recv,                // dst = incoming
+  RecvReduceSend,      // send (incoming (+) src); nothing stored locally
+  RecvReduceCopy,      // dst = incoming (+) src
+  RecvCopySend,        // dst = incoming; send dst
+  RecvReduceCopySend,  // dst = incoming (+) src; send dst
+  Copy,                // dst = src (local)
+  Reduce,              // dst = dst (+) src (local)
+};
+const char* stepKindName(StepKind k) noexcept;  // MSCCL spelling: "s", "r", "rrs", "rrc", "rcs", "rrcs", "cpy", "re", "nop"
+bool stepSends(StepKind k) noexcept;
+bool stepReceives(StepKind k) noexcept;
+bool stepReads(StepKind k) noexcept;   // reads src
+bool stepWrites(StepKind k) noexcept;  // writes dst
+
+// A run of `count` consecutive chunks of one buffer, starting at chunk `offset`.
+struct ChunkRange {
+  BufferId buffer = BufferId::Input;
+  uint32_t offset = 0;
+  uint32_t count = 0;
+  bool operator==(const ChunkRange&) const = default;
+};
+
+struct StepRef {
+  uint16_t lane = 0;
+  uint32_t step = 0;
+  bool operator==(const StepRef&) const = default;
+};
+
+struct Step {
+  StepKind kind = StepKind::Nop;
+  ChunkRange src;               // meaningful when stepReads(kind)
+  ChunkRange dst;               // meaningful when stepWrites(kind); for Send/RecvReduceSend unused
+  std::vector<StepRef> deps;    // steps of other lanes of this rank that must finish first
+};
+
+// A lane (MSCCL thread block, NCCL channel) talks to at most one send peer and one receive peer.
+// The pair (sender rank, receiver rank, channel) names one ordered connection; steps of a lane run
+// in order, and the slices inside one step pipeline.
+struct Lane {
+  int sendPeer = -1;
+  int recvPeer = -1;
+  int channel = 0;
+  std::vector<Step> steps;
+};
+
+struct RankProgram {
+  std::vector<Lane> lanes;
+};
+
+// How chunks map to elements. The collective's per-rank count `c` (AllReduce count, AllGather
+// sendcount, ReduceScatter recvcount, AllToAll per-peer count, ...) is one block. A buffer of B
+// blocks holds B * chunksPerBlock chunks; chunk k is part (k % chunksPerBlock) of block
+// (k / chunksPerBlock), and part p of a block covers elements [p*c/cpb, (p+1)*c/cpb) of it.
+// Steps may only move data between chunks of the same part index, so sizes always agree.
+struct Plan {
+  std::string name;                 // generator name: "ring", "recursive_doubling", "direct", ...
+  Collective collective = Collective::AllReduce;
+  int nranks = 0;
+  int root = -1;                    // rooted collectives only
+  uint32_t chunksPerBlock = 1;
+  uint32_t inputChunks = 0;         // per rank
+  uint32_t outputChunks = 0;
+  uint32_t scratchChunks = 0;
+  bool inPlace = true;              // valid when input and output are the NCCL in-place layout
+  bool outOfPlace = true;           // valid when input and output are distinct
+  uint64_t minBytes = 0;            // size range this plan is meant for (selection hint)
+  uint64_t maxBytes = UINT64_MAX;
+  std::string topologyFingerprint;  // topology it was made for; empty means any
+  double predictedMicros = 0;       // from the simulator, 0 when not simulated
+  std::vector<RankProgram> ranks;   // ranks[r] is rank r's program
+};
+
+// Element range of a chunk range, given the per-rank count `c` (see Plan).
+struct ElementRange {
+  size_t begin = 0;
+  size_t end = 0;
+  size_t size() const { return end - begin; }
+};
+ElementRange chunkElements(const Plan& plan, size_t blockCount, uint32_t chunk) noexcept;
+ElementRange rangeElements(const Plan& plan, size_t blockCount, const ChunkRange& range) noexcept;
+
+// Blocks per buffer for a collective: how many per-rank counts the input / output hold.
+uint32_t inputBlocks(Collective c, int nranks, int rank, int root) noexcept;
+uint32_t outputBlocks(Collective c, int nranks, int rank, int root) noexcept;
+
+}  // namespace topoccl::algo

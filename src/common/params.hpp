@@ -1,0 +1,44 @@
+// Every setting topoccl reads, declared once. Add a new one here, never call getenv elsewhere.
+#pragma once
+
+#include <string>
+
+#include "common/config.hpp"
+
+namespace topoccl::params {
+
+using config::Param;
+
+// Logging (NCCL's names and meanings).
+inline const Param<std::string> kDebug{"NCCL_DEBUG", "", "Log level: VERSION, WARN, INFO or TRACE"};
+inline const Param<std::string> kDebugSubsys{"NCCL_DEBUG_SUBSYS", "INIT,BOOTSTRAP,ENV",
+                                             "Comma list of subsystems to log; a leading ^ inverts"};
+inline const Param<std::string> kDebugFile{"NCCL_DEBUG_FILE", "", "Log file; %h is the host name, %p the pid"};
+
+// Bootstrap and failure detection.
+inline const Param<std::string> kCommId{"NCCL_COMM_ID", "", "ip:port of a fixed bootstrap root instead of ncclGetUniqueId's"};
+inline const Param<std::string> kSocketIfname{"NCCL_SOCKET_IFNAME", "",
+                                              "Interfaces to use: prefix list, ^ excludes, = exact match"};
+inline const Param<std::string> kSocketFamily{"NCCL_SOCKET_FAMILY", "", "AF_INET or AF_INET6"};
+inline const Param<std::string> kHostId{"NCCL_HOSTID", "", "Overrides the host identity used to decide 'same host'"};
+inline const Param<int64_t> kTimeoutMs{"TOPOCCL_TIMEOUT_MS", 60000,
+                                       "A peer silent this long during an operation or bootstrap is declared dead"};
+
+// Transports.
+inline const Param<bool> kShmDisable{"NCCL_SHM_DISABLE", false, "Disable the shared-memory transport"};
+inline const Param<bool> kP2pDisable{"NCCL_P2P_DISABLE", false, "Disable direct same-process (local) transport"};
+inline const Param<bool> kCmaDisable{"TOPOCCL_CMA_DISABLE", false,
+                                     "Disable single-copy cross-memory-attach (process_vm_readv) for large shm messages"};
+inline const Param<int64_t> kShmCmaThreshold{"TOPOCCL_SHM_CMA_THRESHOLD", 65536,
+                                             "Messages at least this large move by CMA instead of the shm FIFO"};
+inline const Param<int64_t> kNSocks{"NCCL_NSOCKS_PERTHREAD", 2, "TCP streams per connection"};
+inline const Param<int64_t> kBuffSize{"NCCL_BUFFSIZE", 4 << 20, "Per-connection FIFO bytes (shm)"};
+
+// Algorithms and the executor.
+inline const Param<std::string> kAlgo{"NCCL_ALGO", "", "Algorithm override, e.g. 'ring' or 'allreduce:rd;allgather:ring'"};
+inline const Param<int64_t> kSliceBytes{"TOPOCCL_SLICE_BYTES", 512 << 10,
+                                        "Executor slice size: steps move and pipeline data in pieces of this many bytes"};
+inline const Param<int64_t> kNChannels{"TOPOCCL_NCHANNELS", 1, "Lanes per rank used by built-in ring plans"};
+inline const Param<bool> kCommBlocking{"NCCL_COMM_BLOCKING", true, "Overrides ncclConfig_t.blocking"};
+
+}  // namespace topoccl::params

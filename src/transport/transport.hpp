@@ -1,0 +1,78 @@
+// The one narrow, non-blocking transport interface (Gloo's device/pair idea). A Transport makes
+// Connections to peers; a Connection is one ordered, bidirectional message stream to one peer on
+// one channel. Nothing here knows about plans, collectives or CUDA.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace topoccl::transport {
+
+// What a completed receive does with the incoming bytes. Copy: dst = incoming. Reduce:
+// dst = incoming (+) operand, elementwise with `reduce` over bytes / elementSize elements.
+// Applying the action inside the transport lets shm and local peers reduce straight out of the
+// sender's memory or the FIFO, with no staging copy.
+using ReduceFn = void (*)(void* dst, const void* a, const void* b, size_t count);
+struct RecvAction {
+  void* dst = nullptr;
+  const void* operand = nullptr;  // null: plain copy
+  ReduceFn reduce = nullptr;      // required when operand is set
+  size_t elementSize = 1;
+};
+
+// Everything a rank tells the others at bootstrap that transports need to reach it.
+struct PeerInfo {
+  int rank = -1;
+  std::string hostId;            // same string <=> same host (boot id, or NCCL_HOSTID)
+  int64_t pid = 0;
+  uint64_t processToken = 0;     // same value <=> same process (random per process)
+  std::string socketAddress;     // "ip:port" of the rank's data listener (socket transport)
+};
+
+// Identity of the communicator, so transports of different communicators never cross.
+struct CommIdentity {
+  uint64_t commHash = 0;  // from the unique id; equal on all ranks of a communicator
+  uint64_t secret = 0;    // presented on every TCP connection; strangers are refused
+  int rank = -1;
+  int nranks = 0;
+};
+
+// Tickets are numbered from 1 per connection and direction; operations complete in order.
+using Ticket = uint64_t;
+
+class Connection {
+ public:
+  virtual ~Connection() = default;
+  // Queue a send of `bytes` from `data`; the memory must stay valid and unchanged until
+  // sendsCompleted() >= the returned ticket.
+  virtual Ticket postSend(const void* data, size_t bytes) = 0;
+  // Queue a receive of exactly `bytes`; completion means the action has been applied.
+  virtual Ticket postRecv(const RecvAction& action, size_t bytes) = 0;
+  // Move data; never blocks. Throws topoccl::Error (ncclRemoteError / ncclSystemError) naming the
+  // transport, the peer and what failed, e.g. a peer that closed or sent a wrong-sized message.
+  virtual void progress() = 0;
+  virtual Ticket sendsCompleted() const = 0;
+  virtual Ticket recvsCompleted() const = 0;
+  virtual int peer() const = 0;
+  virtual const char* transportName() const = 0;  // "local", "shm", "socket"
+  virtual std::string describe() const = 0;        // "shm to rank 3 (pid 1234) channel 0"
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual const char* name() const = 0;
+  // Whether this transport can reach `peer` from `self` at all.
+  virtual bool canConnect(const PeerInfo& self, const PeerInfo& peer) const = 0;
+  // Start connecting; returns at once. The connection finishes its handshake inside progress(),
+  // so two ranks may connect to each other in any order without deadlock. Both sides of the
+  // pair call connect(peer, channel).
+  virtual std::unique_ptr<Connection> connect(const PeerInfo& peer, int channel) = 0;
+  // Background duties (accepting incoming TCP connections, ...). Never blocks.
+  virtual void progress() {}
+};
+
+}  // namespace topoccl::transport
