@@ -64,10 +64,11 @@ ElementRange chunkElements(const Plan& plan, size_t blockCount, uint32_t chunk) 
   const uint64_t cpb = plan.chunksPerBlock;
   const uint64_t block = chunk / cpb;
   const uint64_t part = chunk % cpb;
-  // 128-bit product: blockCount may exceed 2^32 and cpb is small, but stay safe for any input.
-  const auto partStart = [&](uint64_t p) {
-    return static_cast<size_t>((static_cast<unsigned __int128>(blockCount) * p) / cpb);
-  };
+  // floor(blockCount * p / cpb) without overflow: split blockCount = whole * cpb + rest, so the
+  // product that is divided is rest * p < cpb^2, which fits in 64 bits (cpb < 2^32).
+  const uint64_t whole = blockCount / cpb;
+  const uint64_t rest = blockCount % cpb;
+  const auto partStart = [&](uint64_t p) { return static_cast<size_t>(whole * p + (rest * p) / cpb); };
   const size_t base = static_cast<size_t>(block) * blockCount;
   return {base + partStart(part), base + partStart(part + 1)};
 }
@@ -108,6 +109,21 @@ uint32_t outputBlocks(Collective c, int nranks, int rank, int root) noexcept {
     case Collective::Gather: return rank == root ? static_cast<uint32_t>(nranks) : 0;
   }
   return 0;
+}
+
+InPlaceAlias inPlaceAlias(Collective c, int nranks, int rank, int root) noexcept {
+  const auto self = static_cast<uint32_t>(rank);
+  switch (c) {
+    case Collective::AllReduce:
+    case Collective::AllToAll: return {0, 0, inputBlocks(c, nranks, rank, root)};
+    case Collective::Broadcast:
+    case Collective::Reduce: return rank == root ? InPlaceAlias{0, 0, 1} : InPlaceAlias{};
+    case Collective::AllGather: return {0, self, 1};
+    case Collective::ReduceScatter: return {self, 0, 1};
+    case Collective::Gather: return rank == root ? InPlaceAlias{0, self, 1} : InPlaceAlias{};
+    case Collective::Scatter: return rank == root ? InPlaceAlias{self, 0, 1} : InPlaceAlias{};
+  }
+  return {};
 }
 
 }  // namespace topoccl::algo

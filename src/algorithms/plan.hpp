@@ -90,8 +90,8 @@ struct Plan {
   int nranks = 0;
   int root = -1;                    // rooted collectives only
   uint32_t chunksPerBlock = 1;
-  uint32_t inputChunks = 0;         // per rank
-  uint32_t outputChunks = 0;
+  uint32_t inputChunks = 0;         // per rank: the largest over ranks (the root's where only it has one)
+  uint32_t outputChunks = 0;        // likewise; rank r's own size is xxxBlocks(..., r, root) * chunksPerBlock
   uint32_t scratchChunks = 0;
   bool inPlace = true;              // valid when input and output are the NCCL in-place layout
   bool outOfPlace = true;           // valid when input and output are distinct
@@ -114,5 +114,24 @@ ElementRange rangeElements(const Plan& plan, size_t blockCount, const ChunkRange
 // Blocks per buffer for a collective: how many per-rank counts the input / output hold.
 uint32_t inputBlocks(Collective c, int nranks, int rank, int root) noexcept;
 uint32_t outputBlocks(Collective c, int nranks, int rank, int root) noexcept;
+
+// In-place aliasing. The executor treats Input and Output as the user's send and receive pointers,
+// and in the NCCL in-place layout they overlap: on `rank`, Input blocks [inputBlock, inputBlock +
+// blocks) are the same memory as Output blocks [outputBlock, outputBlock + blocks) (blocks == 0: no
+// overlap on this rank). AllReduce, AllToAll, and Broadcast / Reduce at the root: the whole buffer;
+// AllGather: input = output block `rank`; ReduceScatter: output = input block `rank`; Gather at the
+// root: input = output block `root`; Scatter at the root: output = input block `root`.
+// Conventions a plan valid in place relies on (the validator proves them, the executor honours them):
+// - A Copy whose source and destination are the same memory is a no-op and must be skipped.
+// - Steps never write Input (the user's send buffer is const); in place they write Output, which may
+//   be the same memory as part of Input.
+// - A step may read and write the same chunks exactly (rrc/rrcs/re with src == dst, element by
+//   element), never ranges that overlap shifted.
+struct InPlaceAlias {
+  uint32_t inputBlock = 0;
+  uint32_t outputBlock = 0;
+  uint32_t blocks = 0;
+};
+InPlaceAlias inPlaceAlias(Collective c, int nranks, int rank, int root) noexcept;
 
 }  // namespace topoccl::algo

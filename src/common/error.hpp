@@ -6,18 +6,9 @@
 #include <string>
 
 #include "nccl.h"
+#include "topoccl/error.hpp"
 
 namespace topoccl {
-
-class Error : public std::runtime_error {
- public:
-  Error(ncclResult_t code, std::string message)
-      : std::runtime_error(std::move(message)), code_(code) {}
-  ncclResult_t code() const noexcept { return code_; }
-
- private:
-  ncclResult_t code_;
-};
 
 // Helpers that name the category in the type, so call sites read as the error they raise.
 [[noreturn]] void throwInvalidArgument(const std::string& message);

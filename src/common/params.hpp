@@ -33,6 +33,8 @@ inline const Param<int64_t> kShmCmaThreshold{"TOPOCCL_SHM_CMA_THRESHOLD", 65536,
                                              "Messages at least this large move by CMA instead of the shm FIFO"};
 inline const Param<int64_t> kNSocks{"NCCL_NSOCKS_PERTHREAD", 2, "TCP streams per connection"};
 inline const Param<int64_t> kBuffSize{"NCCL_BUFFSIZE", 4 << 20, "Per-connection FIFO bytes (shm)"};
+inline const Param<int64_t> kShmSlots{"TOPOCCL_SHM_SLOTS", 8,
+                                      "Slots the shm FIFO of NCCL_BUFFSIZE bytes is cut into (messages in flight)"};
 
 // Algorithms and the executor.
 inline const Param<std::string> kAlgo{"NCCL_ALGO", "", "Algorithm override, e.g. 'ring' or 'allreduce:rd;allgather:ring'"};

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds with warnings as errors, and runs every test through ctest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+scripts/build.sh -DTOPOCCL_WERROR=ON -DTOPOCCL_BUILD_TESTS=ON
+cd "${BUILD_DIR:-build}"
+# Two at a time: the machine has two cores and many tests start several ranks.
+ctest --output-on-failure -j "${CTEST_JOBS:-2}" --timeout 900 "$@"

@@ -1,0 +1,566 @@
+#include "algorithms/generators.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cctype>
+#include <string>
+
+#include "common/error.hpp"
+
+namespace topoccl::algo {
+namespace {
+
+bool isRooted(Collective c) {
+  return c == Collective::Broadcast || c == Collective::Reduce || c == Collective::Gather ||
+         c == Collective::Scatter;
+}
+
+ChunkRange input(uint32_t offset, uint32_t count = 1) { return {BufferId::Input, offset, count}; }
+ChunkRange output(uint32_t offset, uint32_t count = 1) { return {BufferId::Output, offset, count}; }
+ChunkRange scratch(uint32_t offset, uint32_t count = 1) { return {BufferId::Scratch, offset, count}; }
+
+Step send(ChunkRange src) { return {StepKind::Send, src, {}, {}}; }
+Step recv(ChunkRange dst) { return {StepKind::Recv, {}, dst, {}}; }
+Step recvReduceSend(ChunkRange src) { return {StepKind::RecvReduceSend, src, {}, {}}; }
+Step recvReduceCopy(ChunkRange src, ChunkRange dst) { return {StepKind::RecvReduceCopy, src, dst, {}}; }
+Step recvCopySend(ChunkRange dst) { return {StepKind::RecvCopySend, {}, dst, {}}; }
+Step recvReduceCopySend(ChunkRange src, ChunkRange dst) { return {StepKind::RecvReduceCopySend, src, dst, {}}; }
+Step copy(ChunkRange src, ChunkRange dst) { return {StepKind::Copy, src, dst, {}}; }
+
+Step after(Step step, std::optional<StepRef> dep) {
+  if (dep) step.deps.push_back(*dep);
+  return step;
+}
+
+int mod(int x, int n) { return ((x % n) + n) % n; }
+
+// Accumulates lanes and steps, then fills in the header.
+class PlanBuilder {
+ public:
+  PlanBuilder(Algorithm algorithm, Collective c, int nranks, int root, uint32_t chunksPerBlock) {
+    plan_.name = algorithmName(algorithm);
+    plan_.collective = c;
+    plan_.nranks = nranks;
+    plan_.root = isRooted(c) ? root : -1;
+    plan_.chunksPerBlock = chunksPerBlock;
+    plan_.ranks.resize(static_cast<size_t>(nranks));
+    for (int r = 0; r < nranks; ++r) {
+      plan_.inputChunks = std::max(plan_.inputChunks, inputBlocks(c, nranks, r, plan_.root) * chunksPerBlock);
+      plan_.outputChunks = std::max(plan_.outputChunks, outputBlocks(c, nranks, r, plan_.root) * chunksPerBlock);
+    }
+  }
+
+  uint16_t addLane(int rank, int sendPeer, int recvPeer, int channel = 0) {
+    auto& lanes = plan_.ranks[static_cast<size_t>(rank)].lanes;
+    lanes.push_back({sendPeer, recvPeer, channel, {}});
+    return static_cast<uint16_t>(lanes.size() - 1);
+  }
+
+  StepRef add(int rank, uint16_t lane, Step step) {
+    auto& steps = plan_.ranks[static_cast<size_t>(rank)].lanes[lane].steps;
+    steps.push_back(std::move(step));
+    return {lane, static_cast<uint32_t>(steps.size() - 1)};
+  }
+
+  void useScratch(uint32_t chunks) { plan_.scratchChunks = std::max(plan_.scratchChunks, chunks); }
+
+  Plan finish(bool validInPlace, bool validOutOfPlace) {
+    plan_.inPlace = validInPlace;
+    plan_.outOfPlace = validOutOfPlace;
+    return std::move(plan_);
+  }
+
+ private:
+  Plan plan_;
+};
+
+void checkArguments(Algorithm algorithm, Collective c, int nranks, int root, int nchannels) {
+  const std::string what = std::string(algorithmName(algorithm)) + " " + collectiveName(c);
+  if (!algorithmSupports(algorithm, c)) {
+    throwInvalidArgument("algorithm " + std::string(algorithmName(algorithm)) + " does not implement " +
+                         collectiveName(c));
+  }
+  if (nranks < 1) throwInvalidArgument(what + ": nranks " + std::to_string(nranks) + " must be at least 1");
+  if (isRooted(c) && (root < 0 || root >= nranks)) {
+    throwInvalidArgument(what + ": root " + std::to_string(root) + " is not a rank in 0.." + std::to_string(nranks - 1));
+  }
+  if (nchannels < 1 || nchannels > kMaxChannels) {
+    throwInvalidArgument(what + ": nchannels " + std::to_string(nchannels) + " must be in 1.." +
+                         std::to_string(kMaxChannels));
+  }
+}
+
+// One rank: the output is the input. In place there is nothing to do at all.
+Plan singleRankPlan(Algorithm algorithm, Collective c, Placement placement) {
+  PlanBuilder b(algorithm, c, 1, 0, 1);
+  if (placement != Placement::InPlace) {
+    const uint16_t lane = b.addLane(0, -1, -1);
+    b.add(0, lane, copy(input(0), output(0)));
+  }
+  return b.finish(true, placement != Placement::InPlace);
+}
+
+// Ring order for a channel: even channels go 0,1,..,n-1 and odd ones the other way.
+std::vector<int> ringOrder(int nranks, int channel, int first) {
+  std::vector<int> order(static_cast<size_t>(nranks));
+  for (int i = 0; i < nranks; ++i) order[static_cast<size_t>(i)] = mod(channel % 2 == 0 ? first + i : first - i, nranks);
+  return order;
+}
+
+std::vector<int> positionsOf(const std::vector<int>& order) {
+  std::vector<int> pos(order.size());
+  for (size_t i = 0; i < order.size(); ++i) pos[static_cast<size_t>(order[i])] = static_cast<int>(i);
+  return pos;
+}
+
+// ---- ring -----------------------------------------------------------------------------------
+
+// Chunk layout: channel ch owns parts [ch*n, (ch+1)*n) of the single block; part ch*n + j is
+// reduced by the rank at ring position j. Reduce-scatter: a part starts one position after its
+// owner and travels the ring, each rank adding its input (rrs), the owner finishing it (rrcs) and
+// starting the all-gather, which forwards it (rcs) until the rank before the owner stores it (r).
+void ringAllReduce(PlanBuilder& b, int n, int nchannels) {
+  for (int ch = 0; ch < nchannels; ++ch) {
+    const std::vector<int> order = ringOrder(n, ch, 0);
+    const std::vector<int> pos = positionsOf(order);
+    for (int r = 0; r < n; ++r) {
+      const int i = pos[static_cast<size_t>(r)];
+      const auto part = [&](int x) { return static_cast<uint32_t>(ch * n + mod(x, n)); };
+      const int next = order[static_cast<size_t>(mod(i + 1, n))];
+      const int prev = order[static_cast<size_t>(mod(i - 1, n))];
+      const uint16_t lane = b.addLane(r, next, prev, ch);
+      b.add(r, lane, send(input(part(i - 1))));
+      for (int s = 1; s <= n - 2; ++s) b.add(r, lane, recvReduceSend(input(part(i - 1 - s))));
+      b.add(r, lane, recvReduceCopySend(input(part(i)), output(part(i))));
+      for (int t = 1; t <= n - 2; ++t) b.add(r, lane, recvCopySend(output(part(i - t))));
+      b.add(r, lane, recv(output(part(i + 1))));
+    }
+  }
+}
+
+// Chunk layout: block b (rank b's data) has one part per channel.
+void ringAllGather(PlanBuilder& b, int n, int nchannels, Placement placement) {
+  const auto cpb = static_cast<uint32_t>(nchannels);
+  for (int ch = 0; ch < nchannels; ++ch) {
+    const std::vector<int> order = ringOrder(n, ch, 0);
+    const std::vector<int> pos = positionsOf(order);
+    for (int r = 0; r < n; ++r) {
+      const int i = pos[static_cast<size_t>(r)];
+      const auto blockOf = [&](int x) {
+        return output(static_cast<uint32_t>(order[static_cast<size_t>(mod(x, n))]) * cpb + static_cast<uint32_t>(ch));
+      };
+      const uint16_t lane = b.addLane(r, order[static_cast<size_t>(mod(i + 1, n))],
+                                      order[static_cast<size_t>(mod(i - 1, n))], ch);
+      b.add(r, lane, send(input(static_cast<uint32_t>(ch))));
+      for (int t = 1; t <= n - 2; ++t) b.add(r, lane, recvCopySend(blockOf(i - t)));
+      b.add(r, lane, recv(blockOf(i - (n - 1))));
+      // Own block last: it overlaps nothing in flight, and in place it is the same memory.
+      if (placement != Placement::InPlace) b.add(r, lane, copy(input(static_cast<uint32_t>(ch)), blockOf(i)));
+    }
+  }
+}
+
+void ringReduceScatter(PlanBuilder& b, int n, int nchannels) {
+  const auto cpb = static_cast<uint32_t>(nchannels);
+  for (int ch = 0; ch < nchannels; ++ch) {
+    const std::vector<int> order = ringOrder(n, ch, 0);
+    const std::vector<int> pos = positionsOf(order);
+    for (int r = 0; r < n; ++r) {
+      const int i = pos[static_cast<size_t>(r)];
+      const auto blockOf = [&](int x) {
+        return input(static_cast<uint32_t>(order[static_cast<size_t>(mod(x, n))]) * cpb + static_cast<uint32_t>(ch));
+      };
+      const uint16_t lane = b.addLane(r, order[static_cast<size_t>(mod(i + 1, n))],
+                                      order[static_cast<size_t>(mod(i - 1, n))], ch);
+      b.add(r, lane, send(blockOf(i - 1)));
+      for (int s = 1; s <= n - 2; ++s) b.add(r, lane, recvReduceSend(blockOf(i - 1 - s)));
+      b.add(r, lane, recvReduceCopy(blockOf(i), output(static_cast<uint32_t>(ch))));
+    }
+  }
+}
+
+// A chain from the root (position 0) through every rank; each channel carries one part.
+void ringBroadcast(PlanBuilder& b, int n, int root, int nchannels, Placement placement) {
+  for (int ch = 0; ch < nchannels; ++ch) {
+    const std::vector<int> order = ringOrder(n, ch, root);
+    const auto part = static_cast<uint32_t>(ch);
+    for (int i = 0; i < n; ++i) {
+      const int r = order[static_cast<size_t>(i)];
+      const int next = i + 1 < n ? order[static_cast<size_t>(i + 1)] : -1;
+      const int prev = i > 0 ? order[static_cast<size_t>(i - 1)] : -1;
+      const uint16_t lane = b.addLane(r, next, prev, ch);
+      if (i == 0) {
+        b.add(r, lane, send(input(part)));
+        if (placement != Placement::InPlace) b.add(r, lane, copy(input(part), output(part)));
+      } else {
+        b.add(r, lane, next >= 0 ? recvCopySend(output(part)) : recv(output(part)));
+      }
+    }
+  }
+}
+
+// A chain ending at the root (last position); each rank adds its input on the way.
+void ringReduce(PlanBuilder& b, int n, int root, int nchannels) {
+  for (int ch = 0; ch < nchannels; ++ch) {
+    const std::vector<int> order = ringOrder(n, ch, ch % 2 == 0 ? root + 1 : root - 1);
+    const auto part = static_cast<uint32_t>(ch);
+    for (int i = 0; i < n; ++i) {
+      const int r = order[static_cast<size_t>(i)];
+      const int next = i + 1 < n ? order[static_cast<size_t>(i + 1)] : -1;
+      const int prev = i > 0 ? order[static_cast<size_t>(i - 1)] : -1;
+      const uint16_t lane = b.addLane(r, next, prev, ch);
+      if (i == 0) {
+        b.add(r, lane, send(input(part)));
+      } else if (next >= 0) {
+        b.add(r, lane, recvReduceSend(input(part)));
+      } else {
+        b.add(r, lane, recvReduceCopy(input(part), output(part)));
+      }
+    }
+  }
+}
+
+// ---- recursive doubling -----------------------------------------------------------------------
+
+// P = the largest power of two <= n. Rank e >= P first sends its input to e - P, which adds it;
+// the P core ranks then exchange and add with partner r ^ 2^d for each round d; finally each
+// folded core rank sends the result back to its extra rank. Every round writes a fresh scratch
+// slot, so no round overwrites data its partner may still be reading. The last round writes the
+// output directly, except when both partners would also be reading their input in it (2 ranks):
+// in place the output is the input in flight, so each would wait for the other; they stage
+// through scratch instead.
+Plan recursiveDoublingAllReduce(int n, Placement placement) {
+  PlanBuilder b(Algorithm::RecursiveDoubling, Collective::AllReduce, n, -1, 1);
+  const int core = static_cast<int>(std::bit_floor(static_cast<unsigned>(n)));
+  const int rounds = std::countr_zero(static_cast<unsigned>(core));
+  bool stagedSomewhere = false;
+  bool needsStaging = false;
+  for (int r = 0; r < n; ++r) {
+    if (r >= core) {
+      const uint16_t lane = b.addLane(r, r - core, r - core);
+      b.add(r, lane, send(input(0)));
+      b.add(r, lane, recv(output(0)));
+      continue;
+    }
+    const int extra = r + core;
+    const bool folded = extra < n;
+    std::optional<StepRef> ready;  // the step that produced `current`
+    ChunkRange current = input(0);
+    uint16_t foldLane = 0;
+    if (folded) {
+      foldLane = b.addLane(r, extra, extra);
+      current = scratch(0);
+      ready = b.add(r, foldLane, recvReduceCopy(input(0), current));
+    }
+    for (int d = 0; d < rounds; ++d) {
+      const int partner = r ^ (1 << d);
+      const uint16_t lane = b.addLane(r, partner, partner);
+      b.add(r, lane, after(send(current), ready));
+      const bool last = d == rounds - 1;
+      // Both partners reading their input in the last round: each one's output write would wait
+      // for the other to take its input first. (A folded partner reads scratch and never waits.)
+      const bool bothReadInput = last && current.buffer == BufferId::Input && rounds == 1 && partner + core >= n;
+      needsStaging = needsStaging || bothReadInput;
+      const bool staged = bothReadInput && placement != Placement::OutOfPlace;
+      const ChunkRange next = last && !staged ? output(0) : scratch(static_cast<uint32_t>(d + 1));
+      ready = b.add(r, lane, recvReduceCopy(current, next));
+      if (staged) {
+        ready = b.add(r, lane, copy(next, output(0)));
+        stagedSomewhere = true;
+      }
+      if (next.buffer == BufferId::Scratch) b.useScratch(next.offset + 1);
+      current = next;
+    }
+    if (folded) {
+      b.useScratch(1);
+      b.add(r, foldLane, after(send(output(0)), ready));
+    }
+  }
+  return b.finish(stagedSomewhere || !needsStaging, true);
+}
+
+// ---- binomial trees -------------------------------------------------------------------------
+
+int lowestBit(int v) { return v & -v; }
+
+// Children of relative rank v in the binomial tree rooted at 0, farthest (largest subtree) first.
+std::vector<int> binomialChildren(int v, int n) {
+  std::vector<int> children;
+  const int limit = v == 0 ? n : lowestBit(v);
+  for (int mask = static_cast<int>(std::bit_floor(static_cast<unsigned>(std::max(limit - 1, 1)))); mask >= 1;
+       mask >>= 1) {
+    if (mask < limit && v + mask < n) children.push_back(v + mask);
+  }
+  return children;
+}
+
+void treeBroadcast(PlanBuilder& b, int n, int root, Placement placement) {
+  for (int r = 0; r < n; ++r) {
+    const int v = mod(r - root, n);
+    const auto rankOf = [&](int rel) { return mod(rel + root, n); };
+    const std::vector<int> children = binomialChildren(v, n);
+    if (v == 0) {
+      for (size_t k = 0; k < children.size(); ++k) {
+        const uint16_t lane = b.addLane(r, rankOf(children[k]), -1);
+        b.add(r, lane, send(input(0)));
+        if (k == 0 && placement != Placement::InPlace) b.add(r, lane, copy(input(0), output(0)));
+      }
+      continue;
+    }
+    // The first (largest) child is fed slice by slice as data arrives; the others once it is in.
+    const int parent = rankOf(v - lowestBit(v));
+    const int firstChild = children.empty() ? -1 : rankOf(children[0]);
+    const uint16_t lane = b.addLane(r, firstChild, parent);
+    const StepRef received = b.add(r, lane, children.empty() ? recv(output(0)) : recvCopySend(output(0)));
+    for (size_t k = 1; k < children.size(); ++k) {
+      const uint16_t childLane = b.addLane(r, rankOf(children[k]), -1);
+      b.add(r, childLane, after(send(output(0)), received));
+    }
+  }
+}
+
+// Children are drained nearest (smallest subtree, done first) to farthest; the accumulator is the
+// output at the root and a scratch chunk elsewhere (non-roots have no output buffer).
+void treeReduce(PlanBuilder& b, int n, int root) {
+  for (int r = 0; r < n; ++r) {
+    const int v = mod(r - root, n);
+    const auto rankOf = [&](int rel) { return mod(rel + root, n); };
+    std::vector<int> children = binomialChildren(v, n);
+    std::reverse(children.begin(), children.end());
+    const int parent = v == 0 ? -1 : rankOf(v - lowestBit(v));
+    if (children.empty()) {
+      const uint16_t lane = b.addLane(r, parent, -1);
+      b.add(r, lane, send(input(0)));
+      continue;
+    }
+    const ChunkRange accumulator = v == 0 ? output(0) : scratch(0);
+    ChunkRange current = input(0);
+    std::optional<StepRef> ready;
+    for (size_t k = 0; k < children.size(); ++k) {
+      const bool last = k + 1 == children.size();
+      const int child = rankOf(children[k]);
+      if (last && v != 0) {
+        const uint16_t lane = b.addLane(r, parent, child);
+        b.add(r, lane, after(recvReduceSend(current), ready));
+      } else {
+        const uint16_t lane = b.addLane(r, -1, child);
+        ready = b.add(r, lane, after(recvReduceCopy(current, accumulator), ready));
+        current = accumulator;
+        if (accumulator.buffer == BufferId::Scratch) b.useScratch(1);
+      }
+    }
+  }
+}
+
+// ---- direct -------------------------------------------------------------------------------
+
+// Peers in the order r+1, r+2, ...: every rank starts with a different partner.
+std::vector<int> peersOf(int r, int n) {
+  std::vector<int> peers;
+  for (int k = 1; k < n; ++k) peers.push_back(mod(r + k, n));
+  return peers;
+}
+
+void directAllToAll(PlanBuilder& b, int n, bool staged, Placement placement) {
+  for (int r = 0; r < n; ++r) {
+    for (int q : peersOf(r, n)) {
+      const auto block = static_cast<uint32_t>(q);
+      const uint16_t lane = b.addLane(r, q, q);
+      b.add(r, lane, send(input(block)));
+      if (staged) {
+        // In place, output block q is the input block q being sent; land in scratch until it is taken.
+        b.add(r, lane, recv(scratch(block)));
+        b.add(r, lane, copy(scratch(block), output(block)));
+        b.useScratch(static_cast<uint32_t>(n));
+      } else {
+        b.add(r, lane, recv(output(block)));
+      }
+    }
+    if (placement != Placement::InPlace) {
+      const uint16_t lane = b.addLane(r, -1, -1);
+      b.add(r, lane, copy(input(static_cast<uint32_t>(r)), output(static_cast<uint32_t>(r))));
+    }
+  }
+}
+
+void directGather(PlanBuilder& b, int n, int root, Placement placement) {
+  for (int r = 0; r < n; ++r) {
+    if (r != root) {
+      b.add(r, b.addLane(r, root, -1), send(input(0)));
+      continue;
+    }
+    for (int q : peersOf(r, n)) b.add(r, b.addLane(r, -1, q), recv(output(static_cast<uint32_t>(q))));
+    if (placement != Placement::InPlace) {
+      b.add(r, b.addLane(r, -1, -1), copy(input(0), output(static_cast<uint32_t>(root))));
+    }
+  }
+}
+
+void directScatter(PlanBuilder& b, int n, int root, Placement placement) {
+  for (int r = 0; r < n; ++r) {
+    if (r != root) {
+      b.add(r, b.addLane(r, -1, root), recv(output(0)));
+      continue;
+    }
+    for (int q : peersOf(r, n)) b.add(r, b.addLane(r, q, -1), send(input(static_cast<uint32_t>(q))));
+    if (placement != Placement::InPlace) {
+      b.add(r, b.addLane(r, -1, -1), copy(input(static_cast<uint32_t>(root)), output(0)));
+    }
+  }
+}
+
+void directAllGather(PlanBuilder& b, int n, Placement placement) {
+  for (int r = 0; r < n; ++r) {
+    for (int q : peersOf(r, n)) {
+      const uint16_t lane = b.addLane(r, q, q);
+      b.add(r, lane, send(input(0)));
+      b.add(r, lane, recv(output(static_cast<uint32_t>(q))));
+    }
+    if (placement != Placement::InPlace) {
+      b.add(r, b.addLane(r, -1, -1), copy(input(0), output(static_cast<uint32_t>(r))));
+    }
+  }
+}
+
+// Each rank sends block q to rank q and adds what arrives, one peer after the other, into its output.
+void directReduceScatter(PlanBuilder& b, int n) {
+  for (int r = 0; r < n; ++r) {
+    ChunkRange current = input(static_cast<uint32_t>(r));
+    std::optional<StepRef> ready;
+    for (int q : peersOf(r, n)) {
+      const uint16_t lane = b.addLane(r, q, q);
+      b.add(r, lane, send(input(static_cast<uint32_t>(q))));
+      ready = b.add(r, lane, after(recvReduceCopy(current, output(0)), ready));
+      current = output(0);
+    }
+  }
+}
+
+std::string lowercase(std::string_view text) {
+  std::string out(text);
+  for (char& ch : out) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return out;
+}
+
+}  // namespace
+
+const char* algorithmName(Algorithm a) noexcept {
+  switch (a) {
+    case Algorithm::Ring: return "ring";
+    case Algorithm::RecursiveDoubling: return "recursive_doubling";
+    case Algorithm::Tree: return "tree";
+    case Algorithm::Direct: return "direct";
+  }
+  return "unknown";
+}
+
+std::optional<Algorithm> algorithmFromName(std::string_view name) noexcept {
+  std::string key;
+  try {
+    key = lowercase(name);
+  } catch (...) {
+    return std::nullopt;
+  }
+  if (key == "ring") return Algorithm::Ring;
+  if (key == "recursive_doubling" || key == "rd") return Algorithm::RecursiveDoubling;
+  if (key == "tree") return Algorithm::Tree;
+  if (key == "direct") return Algorithm::Direct;
+  return std::nullopt;
+}
+
+bool algorithmSupports(Algorithm a, Collective c) noexcept {
+  switch (a) {
+    case Algorithm::Ring:
+      return c == Collective::AllReduce || c == Collective::AllGather || c == Collective::ReduceScatter ||
+             c == Collective::Broadcast || c == Collective::Reduce;
+    case Algorithm::RecursiveDoubling: return c == Collective::AllReduce;
+    case Algorithm::Tree: return c == Collective::Broadcast || c == Collective::Reduce;
+    case Algorithm::Direct:
+      return c == Collective::AllToAll || c == Collective::Gather || c == Collective::Scatter ||
+             c == Collective::AllGather || c == Collective::ReduceScatter;
+  }
+  return false;
+}
+
+Plan ringPlan(Collective c, int nranks, int root, int nchannels, Placement placement) {
+  checkArguments(Algorithm::Ring, c, nranks, root, nchannels);
+  if (nranks == 1) return singleRankPlan(Algorithm::Ring, c, placement);
+  const auto channels = static_cast<uint32_t>(nchannels);
+  const uint32_t cpb = c == Collective::AllReduce ? static_cast<uint32_t>(nranks) * channels : channels;
+  PlanBuilder b(Algorithm::Ring, c, nranks, root, cpb);
+  bool validOutOfPlace = true;
+  switch (c) {
+    case Collective::AllReduce: ringAllReduce(b, nranks, nchannels); break;
+    case Collective::AllGather:
+      ringAllGather(b, nranks, nchannels, placement);
+      validOutOfPlace = placement != Placement::InPlace;
+      break;
+    case Collective::ReduceScatter: ringReduceScatter(b, nranks, nchannels); break;
+    case Collective::Broadcast:
+      ringBroadcast(b, nranks, root, nchannels, placement);
+      validOutOfPlace = placement != Placement::InPlace;
+      break;
+    case Collective::Reduce: ringReduce(b, nranks, root, nchannels); break;
+    default: break;
+  }
+  return b.finish(true, validOutOfPlace);
+}
+
+Plan recursiveDoublingPlan(Collective c, int nranks, int root, int nchannels, Placement placement) {
+  checkArguments(Algorithm::RecursiveDoubling, c, nranks, root, nchannels);
+  if (nranks == 1) return singleRankPlan(Algorithm::RecursiveDoubling, c, placement);
+  return recursiveDoublingAllReduce(nranks, placement);
+}
+
+Plan treePlan(Collective c, int nranks, int root, int nchannels, Placement placement) {
+  checkArguments(Algorithm::Tree, c, nranks, root, nchannels);
+  if (nranks == 1) return singleRankPlan(Algorithm::Tree, c, placement);
+  PlanBuilder b(Algorithm::Tree, c, nranks, root, 1);
+  if (c == Collective::Broadcast) {
+    treeBroadcast(b, nranks, root, placement);
+    return b.finish(true, placement != Placement::InPlace);
+  }
+  treeReduce(b, nranks, root);
+  return b.finish(true, true);
+}
+
+Plan directPlan(Collective c, int nranks, int root, int nchannels, Placement placement) {
+  checkArguments(Algorithm::Direct, c, nranks, root, nchannels);
+  if (nranks == 1) return singleRankPlan(Algorithm::Direct, c, placement);
+  PlanBuilder b(Algorithm::Direct, c, nranks, root, 1);
+  const bool keepsOwnCopy = placement != Placement::InPlace;
+  switch (c) {
+    case Collective::AllToAll: {
+      const bool staged = placement != Placement::OutOfPlace;
+      directAllToAll(b, nranks, staged, placement);
+      return b.finish(staged, keepsOwnCopy);
+    }
+    case Collective::Gather: directGather(b, nranks, root, placement); break;
+    case Collective::Scatter: directScatter(b, nranks, root, placement); break;
+    case Collective::AllGather: directAllGather(b, nranks, placement); break;
+    case Collective::ReduceScatter: directReduceScatter(b, nranks); return b.finish(true, true);
+    default: break;
+  }
+  return b.finish(true, keepsOwnCopy);
+}
+
+Plan makePlan(Algorithm algorithm, Collective c, int nranks, int root, int nchannels, Placement placement) {
+  switch (algorithm) {
+    case Algorithm::Ring: return ringPlan(c, nranks, root, nchannels, placement);
+    case Algorithm::RecursiveDoubling: return recursiveDoublingPlan(c, nranks, root, nchannels, placement);
+    case Algorithm::Tree: return treePlan(c, nranks, root, nchannels, placement);
+    case Algorithm::Direct: return directPlan(c, nranks, root, nchannels, placement);
+  }
+  throwInvalidArgument("unknown algorithm");
+}
+
+Plan makePlan(std::string_view algorithmName, Collective c, int nranks, int root, int nchannels, Placement placement) {
+  const std::optional<Algorithm> algorithm = algorithmFromName(algorithmName);
+  if (!algorithm) {
+    throwInvalidArgument("unknown algorithm '" + std::string(algorithmName) +
+                         "'; known: ring, recursive_doubling (rd), tree, direct");
+  }
+  return makePlan(*algorithm, c, nranks, root, nchannels, placement);
+}
+
+}  // namespace topoccl::algo

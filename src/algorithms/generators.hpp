@@ -1,0 +1,50 @@
+// Built-in plan generators: each turns (collective, nranks, root, nchannels) into a Plan.
+//   ring               AllReduce (reduce-scatter then all-gather), AllGather, ReduceScatter, and
+//                      Broadcast / Reduce as a chain from / to the root. One lane per channel, each
+//                      its own ring carrying its share of the chunks; odd channels run the ring the
+//                      other way round so both directions of every link carry data.
+//   recursive_doubling AllReduce in ceil(log2 n) exchange rounds; ranks beyond the largest power of
+//                      two first fold their data into a partner and get the result back at the end.
+//   tree               binomial-tree Broadcast and Reduce (log2 n hops, for small messages).
+//   direct             AllToAll, Gather, Scatter, AllGather, ReduceScatter: every pair talks directly.
+// Only ring uses nchannels; the others are latency-oriented and run on one channel.
+// Arguments out of range (nranks < 1, a root outside the ranks, nchannels outside 1..kMaxChannels,
+// a collective the algorithm does not implement) throw topoccl::Error(ncclInvalidArgument).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "algorithms/plan.hpp"
+
+namespace topoccl::algo {
+
+enum class Algorithm : uint8_t { Ring, RecursiveDoubling, Tree, Direct };
+inline constexpr int kNumAlgorithms = 4;
+inline constexpr int kMaxChannels = 64;
+
+const char* algorithmName(Algorithm a) noexcept;  // "ring", "recursive_doubling", "tree", "direct"
+// Our names, case-insensitive: ring, recursive_doubling (or rd), tree, direct.
+std::optional<Algorithm> algorithmFromName(std::string_view name) noexcept;
+bool algorithmSupports(Algorithm a, Collective c) noexcept;
+
+// Which memory layout the plan must be correct for. Any yields one plan valid both in place and
+// out of place; where in place needs a staging copy (direct AllToAll, recursive doubling on 2 or 3
+// ranks) Any pays for it, while OutOfPlace skips it. InPlace drops copies that in place would make
+// no-ops. Plan::inPlace / Plan::outOfPlace say what the result is valid for.
+enum class Placement : uint8_t { Any, InPlace, OutOfPlace };
+
+Plan ringPlan(Collective c, int nranks, int root, int nchannels, Placement placement = Placement::Any);
+Plan recursiveDoublingPlan(Collective c, int nranks, int root, int nchannels, Placement placement = Placement::Any);
+Plan treePlan(Collective c, int nranks, int root, int nchannels, Placement placement = Placement::Any);
+Plan directPlan(Collective c, int nranks, int root, int nchannels, Placement placement = Placement::Any);
+
+// Dispatch by algorithm. `root` is ignored by collectives that have none.
+Plan makePlan(Algorithm algorithm, Collective c, int nranks, int root, int nchannels,
+              Placement placement = Placement::Any);
+// Same, by name (see algorithmFromName); an unknown name throws Error(ncclInvalidArgument).
+Plan makePlan(std::string_view algorithmName, Collective c, int nranks, int root, int nchannels,
+              Placement placement = Placement::Any);
+
+}  // namespace topoccl::algo

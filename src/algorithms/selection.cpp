@@ -1,0 +1,238 @@
+#include "algorithms/selection.hpp"
+
+#include <cctype>
+#include <optional>
+
+#include "common/error.hpp"
+#include "common/params.hpp"
+
+namespace topoccl::algo {
+namespace {
+
+using Mask = uint8_t;
+
+constexpr Mask bit(Algorithm a) { return static_cast<Mask>(1u << static_cast<unsigned>(a)); }
+constexpr Mask kAllAlgorithms = (1u << kNumAlgorithms) - 1;
+
+constexpr std::array<Collective, kNumCollectives> kCollectives = {
+    Collective::AllReduce, Collective::AllGather, Collective::ReduceScatter, Collective::Broadcast,
+    Collective::Reduce,    Collective::AllToAll,  Collective::Gather,        Collective::Scatter};
+
+constexpr std::array<Algorithm, kNumAlgorithms> kAlgorithms = {Algorithm::Ring, Algorithm::RecursiveDoubling,
+                                                               Algorithm::Tree, Algorithm::Direct};
+
+Mask supportedMask(Collective c) {
+  Mask m = 0;
+  for (Algorithm a : kAlgorithms) {
+    if (algorithmSupports(a, c)) m |= bit(a);
+  }
+  return m;
+}
+
+std::string lowercase(std::string_view text) {
+  std::string out(text);
+  for (char& ch : out) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return out;
+}
+
+std::string_view trim(std::string_view text) {
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
+  return text;
+}
+
+std::vector<std::string_view> split(std::string_view text, char separator) {
+  std::vector<std::string_view> parts;
+  size_t start = 0;
+  while (true) {
+    const size_t end = text.find(separator, start);
+    parts.push_back(text.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start));
+    if (end == std::string_view::npos) return parts;
+    start = end + 1;
+  }
+}
+
+// Algorithms one NCCL_ALGO name stands for; nullopt when the name is unknown.
+std::optional<Mask> algorithmsNamed(std::string_view token) {
+  const std::string name = lowercase(token);
+  if (name == "tree") return bit(Algorithm::Tree) | bit(Algorithm::RecursiveDoubling);  // NCCL's and ours
+  if (const auto ours = algorithmFromName(name)) return bit(*ours);
+  for (const char* ncclOnly : {"collnetdirect", "collnetchain", "nvls", "nvlstree", "pat"}) {
+    if (name == ncclOnly) return Mask{0};
+  }
+  return std::nullopt;
+}
+
+std::optional<Collective> collectiveNamed(std::string_view token) {
+  const std::string name = lowercase(token);
+  for (Collective c : kCollectives) {
+    if (name == collectiveName(c)) return c;
+  }
+  return std::nullopt;
+}
+
+std::string maskText(Mask m) {
+  std::string text;
+  for (Algorithm a : kAlgorithms) {
+    if (m & bit(a)) text += (text.empty() ? "" : ",") + std::string(algorithmName(a));
+  }
+  return text.empty() ? "none" : text;
+}
+
+[[noreturn]] void badAlgo(std::string_view whole, const std::string& why) {
+  throwInvalidArgument(std::string(params::kAlgo.name()) + "='" + std::string(whole) + "': " + why);
+}
+
+// `[^]name,name,...` -> the allowed mask.
+Mask parseList(std::string_view whole, std::string_view list) {
+  list = trim(list);
+  const bool exclude = !list.empty() && list.front() == '^';
+  if (exclude) list.remove_prefix(1);
+  Mask named = 0;
+  bool any = false;
+  for (std::string_view token : split(list, ',')) {
+    token = trim(token);
+    if (token.empty()) continue;
+    const std::optional<Mask> m = algorithmsNamed(token);
+    if (!m) {
+      badAlgo(whole, "unknown algorithm '" + std::string(token) +
+                         "' (known: ring, tree, rd, recursive_doubling, direct, and NCCL's Ring, Tree, "
+                         "CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT)");
+    }
+    named |= *m;
+    any = true;
+  }
+  if (!any) badAlgo(whole, "an algorithm list is empty");
+  return exclude ? static_cast<Mask>(kAllAlgorithms & ~named) : named;
+}
+
+std::string bytesText(uint64_t bytes) {
+  if (bytes == UINT64_MAX) return "inf";
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (unit < 4 && bytes >= 1024 && bytes % 1024 == 0) {
+    bytes /= 1024;
+    ++unit;
+  }
+  return std::to_string(bytes) + " " + kUnits[unit];
+}
+
+std::string pad(std::string text, size_t width) {
+  if (text.size() < width) text.append(width - text.size(), ' ');
+  return text;
+}
+
+}  // namespace
+
+AlgorithmFilter AlgorithmFilter::parse(std::string_view text) {
+  AlgorithmFilter filter;
+  filter.text_ = std::string(text);
+  if (trim(text).empty()) return filter;
+  for (std::string_view element : split(text, ';')) {
+    element = trim(element);
+    if (element.empty()) continue;
+    const size_t colon = element.find(':');
+    if (colon == std::string_view::npos) {
+      if (filter.global_.set) badAlgo(text, "more than one list without a collective name ('" + std::string(element) + "')");
+      filter.global_ = {true, parseList(text, element)};
+      continue;
+    }
+    const std::string_view collectiveToken = trim(element.substr(0, colon));
+    const std::optional<Collective> c = collectiveNamed(collectiveToken);
+    if (!c) {
+      badAlgo(text, "unknown collective '" + std::string(collectiveToken) +
+                        "' (known: allreduce, allgather, reducescatter, broadcast, reduce, alltoall, gather, scatter)");
+    }
+    const Mask allowed = parseList(text, element.substr(colon + 1));
+    if ((allowed & supportedMask(*c)) == 0) {
+      badAlgo(text, "'" + std::string(element) + "' leaves " + collectiveName(*c) +
+                        " no algorithm topoccl implements (it has " + maskText(supportedMask(*c)) + ")");
+    }
+    filter.perCollective_[static_cast<size_t>(*c)] = {true, allowed};
+  }
+  return filter;
+}
+
+AlgorithmFilter::Mask AlgorithmFilter::effectiveMask(Collective c) const {
+  const Entry& own = perCollective_[static_cast<size_t>(c)];
+  if (own.set) return own.allowed;
+  if (global_.set && (global_.allowed & supportedMask(c)) != 0) return global_.allowed;
+  return kAllAlgorithms;
+}
+
+bool AlgorithmFilter::allows(Collective c, Algorithm a) const { return (effectiveMask(c) & bit(a)) != 0; }
+
+bool AlgorithmFilter::restricts(Collective c) const {
+  return (effectiveMask(c) & supportedMask(c)) != supportedMask(c);
+}
+
+SelectionTable SelectionTable::defaults() {
+  SelectionTable t;
+  t.addRow({Collective::AllReduce, 1, INT32_MAX, 0, kRecursiveDoublingMaxBytes, Algorithm::RecursiveDoubling});
+  t.addRow({Collective::AllReduce, 1, INT32_MAX, kRecursiveDoublingMaxBytes, UINT64_MAX, Algorithm::Ring});
+  t.addRow({Collective::AllGather, 1, INT32_MAX, 0, kDirectMaxBytes, Algorithm::Direct});
+  t.addRow({Collective::AllGather, 1, INT32_MAX, kDirectMaxBytes, UINT64_MAX, Algorithm::Ring});
+  t.addRow({Collective::ReduceScatter, 1, INT32_MAX, 0, kDirectMaxBytes, Algorithm::Direct});
+  t.addRow({Collective::ReduceScatter, 1, INT32_MAX, kDirectMaxBytes, UINT64_MAX, Algorithm::Ring});
+  t.addRow({Collective::Broadcast, 1, INT32_MAX, 0, kTreeMaxBytes, Algorithm::Tree});
+  t.addRow({Collective::Broadcast, 1, INT32_MAX, kTreeMaxBytes, UINT64_MAX, Algorithm::Ring});
+  t.addRow({Collective::Reduce, 1, INT32_MAX, 0, kTreeMaxBytes, Algorithm::Tree});
+  t.addRow({Collective::Reduce, 1, INT32_MAX, kTreeMaxBytes, UINT64_MAX, Algorithm::Ring});
+  t.addRow({Collective::AllToAll, 1, INT32_MAX, 0, UINT64_MAX, Algorithm::Direct});
+  t.addRow({Collective::Gather, 1, INT32_MAX, 0, UINT64_MAX, Algorithm::Direct});
+  t.addRow({Collective::Scatter, 1, INT32_MAX, 0, UINT64_MAX, Algorithm::Direct});
+  return t;
+}
+
+SelectionTable SelectionTable::fromConfig() {
+  SelectionTable t = defaults();
+  t.setFilter(AlgorithmFilter::parse(params::kAlgo.get()));
+  return t;
+}
+
+Algorithm SelectionTable::choose(Collective c, uint64_t bytes, int nranks) const {
+  if (nranks < 1) throwInvalidArgument("algorithm selection: nranks " + std::to_string(nranks) + " must be at least 1");
+  const auto usable = [&](Algorithm a) { return algorithmSupports(a, c) && filter_.allows(c, a); };
+  for (const SelectionRow& row : rows_) {
+    if (row.collective == c && nranks >= row.minRanks && nranks <= row.maxRanks && bytes >= row.minBytes &&
+        (row.maxBytes == UINT64_MAX || bytes < row.maxBytes) && usable(row.algorithm)) {
+      return row.algorithm;
+    }
+  }
+  for (const SelectionRow& row : rows_) {
+    if (row.collective == c && usable(row.algorithm)) return row.algorithm;
+  }
+  for (Algorithm a : kAlgorithms) {
+    if (usable(a)) return a;
+  }
+  // The filter keeps at least one supported algorithm per collective, so only a hand-made filter
+  // combined with an unsupported collective could get here.
+  throwInvalidArgument(std::string("no algorithm available for ") + collectiveName(c));
+}
+
+std::string SelectionTable::describe() const {
+  std::string out = pad("collective", 15) + pad("ranks", 10) + pad("bytes", 24) + "algorithm\n";
+  for (const SelectionRow& row : rows_) {
+    std::string ranks = row.minRanks <= 1 && row.maxRanks == INT32_MAX
+                            ? "any"
+                            : std::to_string(row.minRanks) + ".." +
+                                  (row.maxRanks == INT32_MAX ? std::string("") : std::to_string(row.maxRanks));
+    const std::string bytes = "[" + bytesText(row.minBytes) + ", " + bytesText(row.maxBytes) + ")";
+    std::string algorithm = algorithmName(row.algorithm);
+    if (!filter_.allows(row.collective, row.algorithm)) algorithm += " (excluded by NCCL_ALGO)";
+    out += pad(collectiveName(row.collective), 15) + pad(ranks, 10) + pad(bytes, 24) + algorithm + "\n";
+  }
+  std::string restricted;
+  for (Collective c : kCollectives) {
+    if (!filter_.restricts(c)) continue;
+    std::string allowed;
+    for (Algorithm a : kAlgorithms) {
+      if (algorithmSupports(a, c) && filter_.allows(c, a)) allowed += (allowed.empty() ? "" : ",") + std::string(algorithmName(a));
+    }
+    restricted += "  " + pad(collectiveName(c), 15) + allowed + "\n";
+  }
+  if (!restricted.empty()) out += std::string(params::kAlgo.name()) + "='" + filter_.text() + "' allows:\n" + restricted;
+  return out;
+}
+
+}  // namespace topoccl::algo

@@ -1,0 +1,96 @@
+// Algorithm selection in UCC's style: a table of rows (collective, rank range, message-size range,
+// algorithm), searched in order, filtered by what the user allows through NCCL_ALGO.
+// Every input to choose() is the same on every rank of a communicator (collective, bytes, nranks,
+// the table, the environment every rank is started with), so every rank picks the same plan.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "algorithms/generators.hpp"
+
+namespace topoccl::algo {
+
+// Default thresholds, from the alpha-beta model with alpha = 2..20 us per message (shared memory
+// to TCP) and beta = 1 / (2.5..10 GB/s), so alpha / beta ~ 20..50 KB.
+// - Recursive doubling AllReduce costs ceil(log2 n) (alpha + S beta), plus two full-size rounds when
+//   n is not a power of two; ring costs 2(n-1) alpha + 2 (n-1)/n S beta. On 8 ranks they cross near
+//   S = 9 alpha/beta (~200 KB), on 6 ranks (folding) near 2.6 alpha/beta (~60 KB): 64 KiB keeps
+//   recursive doubling where it wins on every rank count.
+inline constexpr uint64_t kRecursiveDoublingMaxBytes = 64 << 10;
+// - Binomial Broadcast / Reduce cost log2 n (alpha + S beta); the pipelined chain (n-1) alpha + S beta.
+//   They cross at S = (n-1-log2 n) / (log2 n - 1) alpha/beta: 1x on 4 ranks, 2x on 8, 3.7x on 16.
+inline constexpr uint64_t kTreeMaxBytes = 32 << 10;
+// - Direct AllGather / ReduceScatter move the same bytes per rank as the ring in one round instead
+//   of n-1, so they win while latency dominates; beyond that the n-1 simultaneous flows per rank
+//   contend for its links, while the ring only ever uses neighbours.
+inline constexpr uint64_t kDirectMaxBytes = 64 << 10;
+
+struct SelectionRow {
+  Collective collective = Collective::AllReduce;
+  int minRanks = 1;                // inclusive
+  int maxRanks = INT32_MAX;        // inclusive
+  uint64_t minBytes = 0;           // inclusive
+  uint64_t maxBytes = UINT64_MAX;  // exclusive; UINT64_MAX: no upper bound
+  Algorithm algorithm = Algorithm::Ring;
+};
+
+// Which algorithms the user allows, per collective. NCCL_ALGO syntax: `[^]list[;coll:[^]list...]`,
+// e.g. `ring`, `^ring`, `ring,tree`, `allreduce:ring;broadcast:tree`, `tree;allreduce:^rd`.
+// Names are case-insensitive: NCCL's Ring and Tree (Tree = our tree and recursive doubling),
+// ours ring, tree, rd / recursive_doubling, direct. NCCL's CollNetDirect, CollNetChain, NVLS,
+// NVLSTree and PAT are accepted but name nothing topoccl implements.
+// The list without a collective applies to every collective it leaves an algorithm for (NCCL, too,
+// does not apply it to AllToAll / Gather / Scatter); a `coll:` list must leave one, else it is an
+// error. Unknown names are errors naming the token.
+class AlgorithmFilter {
+ public:
+  AlgorithmFilter() = default;  // allows everything
+  static AlgorithmFilter parse(std::string_view text);  // throws Error(ncclInvalidArgument)
+
+  bool allows(Collective c, Algorithm a) const;
+  bool restricts(Collective c) const;  // whether anything the user wrote applies to c
+  const std::string& text() const { return text_; }
+
+ private:
+  using Mask = uint8_t;  // bit per Algorithm
+  struct Entry {
+    bool set = false;
+    Mask allowed = 0;
+  };
+  Mask effectiveMask(Collective c) const;
+
+  Entry global_;
+  std::array<Entry, kNumCollectives> perCollective_{};
+  std::string text_;
+};
+
+class SelectionTable {
+ public:
+  static SelectionTable defaults();
+  // defaults() filtered by NCCL_ALGO (params::kAlgo); a malformed value throws Error(ncclInvalidArgument).
+  static SelectionTable fromConfig();
+
+  void addRow(const SelectionRow& row) { rows_.push_back(row); }
+  void setFilter(AlgorithmFilter filter) { filter_ = std::move(filter); }
+  const std::vector<SelectionRow>& rows() const { return rows_; }
+  const AlgorithmFilter& filter() const { return filter_; }
+
+  // bytes: the larger per-rank buffer, as NCCL's tuner counts it (AllReduce, Broadcast, Reduce:
+  // count * size; AllGather, ReduceScatter, AllToAll, Gather, Scatter: nranks * count * size).
+  // The first allowed row that matches wins; if none does, the first allowed algorithm for the
+  // collective in table order, then in Algorithm order. nranks < 1 throws Error(ncclInvalidArgument).
+  Algorithm choose(Collective c, uint64_t bytes, int nranks) const;
+
+  std::string describe() const;  // the rows as a table, and the filter
+
+ private:
+  std::vector<SelectionRow> rows_;
+  AlgorithmFilter filter_;
+};
+
+}  // namespace topoccl::algo

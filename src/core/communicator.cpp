@@ -1,0 +1,571 @@
+#include "core/communicator.hpp"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "algorithms/selection.hpp"
+#include "algorithms/validator.hpp"
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "common/params.hpp"
+#include "core/execution.hpp"
+#include "kernels/host_reduce.hpp"
+#include "transport/local/local_transport.hpp"
+#include "transport/shm/shm_transport.hpp"
+#include "transport/socket/socket_transport.hpp"
+
+namespace topoccl::core {
+namespace {
+
+constexpr int kPointToPointChannel = 1 << 16;  // p2p never shares a connection with plans
+constexpr int kSplitTag = 0x5000;
+
+uint64_t processToken() {
+  static const uint64_t token = [] {
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
+  }();
+  return token;
+}
+
+std::string hostIdentity() {
+  const std::string configured = params::kHostId.get();
+  if (!configured.empty()) return configured;
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  std::string bootId;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> bootId;
+  return std::string(host) + "/" + bootId;
+}
+
+// What each rank publishes at init; fixed size so one allGather carries it.
+struct WireInfo {
+  int32_t rank;
+  int32_t nchannels;
+  int64_t pid;
+  uint64_t processToken;
+  uint64_t sliceBytes;
+  uint8_t shmAllowed;
+  uint8_t localAllowed;
+  char hostId[160];
+  char socketAddress[80];
+  char algo[256];
+};
+
+void copyText(char* dst, size_t size, const std::string& text, const char* what) {
+  if (text.size() >= size) throwInvalidArgument(std::string(what) + " is too long: '" + text + "'");
+  std::memcpy(dst, text.c_str(), text.size() + 1);
+}
+
+bool isInPlace(const CollectiveArgs& a, int rank, size_t elem) {
+  const char* send = static_cast<const char*>(a.send);
+  const char* recv = static_cast<const char*>(a.recv);
+  const size_t block = a.count * elem;
+  switch (a.collective) {
+    case algo::Collective::AllGather: return send == recv + rank * block;
+    case algo::Collective::ReduceScatter: return recv == send + rank * block;
+    case algo::Collective::Gather: return rank == a.root && send == recv + a.root * block;
+    case algo::Collective::Scatter: return rank == a.root && recv == send + a.root * block;
+    default: return send == recv;
+  }
+}
+
+size_t selectionBytes(const CollectiveArgs& a, int nranks, size_t elem) {
+  switch (a.collective) {
+    case algo::Collective::AllGather:
+    case algo::Collective::ReduceScatter:
+    case algo::Collective::AllToAll:
+    case algo::Collective::Gather:
+    case algo::Collective::Scatter: return a.count * elem * static_cast<size_t>(nranks);
+    default: return a.count * elem;
+  }
+}
+
+}  // namespace
+
+Communicator::Communicator(int rank, int nranks, CommOptions options)
+    : rank_(rank), nranks_(nranks), options_(std::move(options)) {}
+
+std::shared_ptr<Communicator> Communicator::create(const bootstrap::UniqueId& id, int nranks, int rank,
+                                                   CommOptions options) {
+  std::shared_ptr<Communicator> comm(new Communicator(rank, nranks, std::move(options)));
+  comm->initialize(id);
+  return comm;
+}
+
+void Communicator::initialize(const bootstrap::UniqueId& id) {
+  log::setThreadRank(rank_);
+  timeout_ = std::chrono::milliseconds(params::kTimeoutMs.get());
+  bootstrap_ = bootstrap::Bootstrap::join(id, rank_, nranks_, timeout_);
+  identity_ = {bootstrap::commHash(id), id.secret, rank_, nranks_};
+
+  std::string socketAddress;
+  socketTransport_ = transport::makeSocketTransport(identity_, &socketAddress);
+
+  std::vector<WireInfo> wire(nranks_);
+  WireInfo& mine = wire[rank_];
+  std::memset(&mine, 0, sizeof(mine));
+  mine.rank = rank_;
+  mine.nchannels = static_cast<int32_t>(std::max<int64_t>(1, params::kNChannels.get()));
+  mine.pid = getpid();
+  mine.processToken = processToken();
+  mine.sliceBytes = static_cast<uint64_t>(std::max<int64_t>(64, params::kSliceBytes.get()));
+  mine.shmAllowed = !params::kShmDisable.get();
+  mine.localAllowed = !params::kP2pDisable.get();
+  copyText(mine.hostId, sizeof(mine.hostId), hostIdentity(), "host id");
+  copyText(mine.socketAddress, sizeof(mine.socketAddress), socketAddress, "socket address");
+  copyText(mine.algo, sizeof(mine.algo), params::kAlgo.get(), "NCCL_ALGO");
+  bootstrap_->allGather(wire.data(), sizeof(WireInfo));
+
+  // Settings that must agree come from rank 0, so no rank can pick a different plan or slicing.
+  sliceBytes_ = wire[0].sliceBytes;
+  nchannels_ = wire[0].nchannels;
+  selection_ = std::make_unique<algo::SelectionTable>(algo::SelectionTable::defaults());
+  selection_->setFilter(algo::AlgorithmFilter::parse(wire[0].algo));
+
+  std::vector<topo::RankPlace> places;
+  for (const WireInfo& w : wire) {
+    transport::PeerInfo peer;
+    peer.rank = w.rank;
+    peer.hostId = w.hostId;
+    peer.pid = w.pid;
+    peer.processToken = w.processToken;
+    peer.socketAddress = w.socketAddress;
+    peers_.push_back(peer);
+    places.push_back({w.hostId, w.processToken});
+  }
+  locality_ = std::make_unique<topo::Locality>(std::move(places));
+
+  // A pair uses a transport only if both ends allow it, so both ends always choose alike.
+  peerRoute_.assign(nranks_, Route::Socket);
+  for (int r = 0; r < nranks_; ++r) {
+    const auto proximity = locality_->between(rank_, r);
+    if (proximity == topo::Proximity::SameProcess && wire[r].localAllowed && mine.localAllowed)
+      peerRoute_[r] = Route::Local;
+    else if (proximity != topo::Proximity::OtherHost && wire[r].shmAllowed && mine.shmAllowed)
+      peerRoute_[r] = Route::Shm;
+    if (r == rank_) continue;
+    if (peerRoute_[r] == Route::Local && !localTransport_) localTransport_ = transport::makeLocalTransport(identity_);
+    if (peerRoute_[r] == Route::Shm && !shmTransport_) shmTransport_ = transport::makeShmTransport(identity_, peers_[rank_]);
+  }
+
+  if (log::enabled(log::Level::Info, log::kInit)) {
+    std::ostringstream routes;
+    for (int r = 0; r < nranks_; ++r)
+      if (r != rank_) routes << " " << r << ":" << transportFor(r).name();
+    TOPOCCL_INFO(log::kInit, "comm %s rank %d nranks %d hosts %d slice %zu B channels %d; peers via%s",
+                 options_.name.c_str(), rank_, nranks_, locality_->nhosts(), sliceBytes_, nchannels_,
+                 routes.str().c_str());
+    TOPOCCL_INFO(log::kTuning, "selection table:\n%s", selection_->describe().c_str());
+  }
+  engine_ = std::thread([this] { progressLoop(); });
+}
+
+Communicator::~Communicator() {
+  {
+    std::unique_lock lock(queueMutex_);
+    stopping_ = true;
+  }
+  queueChanged_.notify_all();
+  if (engine_.joinable()) engine_.join();
+}
+
+transport::Transport& Communicator::transportFor(int peer) const {
+  switch (peerRoute_[peer]) {
+    case Route::Local: return *localTransport_;
+    case Route::Shm: return *shmTransport_;
+    case Route::Socket: break;
+  }
+  return *socketTransport_;
+}
+
+transport::Connection* Communicator::connection(int peer, int channel) {
+  auto& slot = connections_[{peer, channel}];
+  if (!slot) {
+    slot = transportFor(peer).connect(peers_[peer], channel);
+    TOPOCCL_INFO(log::kInit | log::kP2p, "connection to rank %d channel %d via %s", peer, channel,
+                 slot->transportName());
+  }
+  return slot.get();
+}
+
+const algo::Plan& Communicator::planFor(algo::Algorithm algorithm, algo::Collective collective, int root) {
+  auto& slot = plans_[{static_cast<int>(algorithm), static_cast<int>(collective), root}];
+  if (!slot) {
+    auto plan = std::make_unique<algo::Plan>(algo::makePlan(algorithm, collective, nranks_, root, nchannels_));
+    algo::validateOrThrow(*plan);
+    TOPOCCL_INFO(log::kColl, "plan %s for %s root %d: %zu lanes on rank %d", plan->name.c_str(),
+                 algo::collectiveName(collective), root, plan->ranks[rank_].lanes.size(), rank_);
+    slot = std::move(plan);
+  }
+  return *slot;
+}
+
+std::string Communicator::chosenAlgorithm(algo::Collective collective, size_t bytes) const {
+  return algo::algorithmName(selection_->choose(collective, bytes, nranks_));
+}
+
+std::unique_ptr<Execution> Communicator::buildCollective(const CollectiveArgs& args,
+                                                         std::vector<std::function<void()>>& after) {
+  const size_t elem = dataTypeSize(args.type);
+  if (args.count == 0) return nullptr;
+  const algo::Algorithm algorithm = selection_->choose(args.collective, selectionBytes(args, nranks_, elem), nranks_);
+  const algo::Plan& plan = planFor(algorithm, args.collective, args.root);
+
+  const uint32_t inBlocks = algo::inputBlocks(args.collective, nranks_, rank_, args.root);
+  const uint32_t outBlocks = algo::outputBlocks(args.collective, nranks_, rank_, args.root);
+  const char* input = static_cast<const char*>(args.send);
+  char* output = static_cast<char*>(args.recv);
+  const bool inPlace = outBlocks > 0 && inBlocks > 0 && isInPlace(args, rank_, elem);
+
+  // Lower the reduction: PreMulSum and floating Avg scale each input once up front; integer Avg
+  // sums and divides the result. Kernels only ever see Sum/Prod/Max/Min.
+  ReduceOp op = args.reduce.op;
+  const void* scalar = args.reduce.scalarPointer ? args.reduce.scalarPointer : args.reduce.scalar;
+  unsigned char reciprocal[8] = {};
+  if (op == ReduceOp::Avg && isFloatingPoint(args.type)) {
+    kernels::reciprocalScalar(args.type, static_cast<uint64_t>(nranks_), reciprocal);
+    scalar = reciprocal;
+    op = ReduceOp::PreMulSum;
+  }
+  const size_t inputElements = static_cast<size_t>(inBlocks) * args.count;
+  const bool needsCopy = op == ReduceOp::PreMulSum || (inPlace && !plan.inPlace);
+  if (needsCopy && inputElements > 0) {
+    prescaled_.resize(inputElements * elem);
+    if (op == ReduceOp::PreMulSum)
+      kernels::hostScale(args.type, prescaled_.data(), input, inputElements, scalar);
+    else
+      std::memcpy(prescaled_.data(), input, inputElements * elem);
+    input = prescaled_.data();
+  } else if (!inPlace && !plan.outOfPlace) {
+    throwInternalError(std::string("plan '") + plan.name + "' for " + algo::collectiveName(args.collective) +
+                       " supports only in-place buffers");
+  }
+  const ReduceOp kernelOp = (op == ReduceOp::PreMulSum || op == ReduceOp::Avg) ? ReduceOp::Sum : op;
+  kernels::ReduceFn reduce = nullptr;
+  if (args.collective == algo::Collective::AllReduce || args.collective == algo::Collective::ReduceScatter ||
+      args.collective == algo::Collective::Reduce)
+    reduce = kernels::hostReduceFunction(args.type, kernelOp);
+  if (op == ReduceOp::Avg && outBlocks > 0) {
+    const DataType type = args.type;
+    const size_t n = static_cast<size_t>(outBlocks) * args.count;
+    const uint64_t divisor = static_cast<uint64_t>(nranks_);
+    after.push_back([=] { kernels::hostDivide(type, output, output, n, divisor); });
+  }
+
+  const size_t blockBytes = args.count * elem;
+  const size_t scratchBlocks = (plan.scratchChunks + plan.chunksPerBlock - 1) / plan.chunksPerBlock;
+  if (scratch_.size() < scratchBlocks * blockBytes) scratch_.resize(scratchBlocks * blockBytes);
+  char* scratch = scratch_.data();
+
+  auto pointer = [&](const algo::ChunkRange& range, size_t* bytes) -> char* {
+    const algo::ElementRange elements = algo::rangeElements(plan, args.count, range);
+    *bytes = elements.size() * elem;
+    char* base = nullptr;
+    switch (range.buffer) {
+      case algo::BufferId::Input: base = const_cast<char*>(input); break;
+      case algo::BufferId::Output: base = output; break;
+      case algo::BufferId::Scratch: base = scratch; break;
+    }
+    if (!base && *bytes > 0)
+      throwInternalError(std::string("plan '") + plan.name + "' touches the " + algo::bufferName(range.buffer) +
+                         " buffer of rank " + std::to_string(rank_) + ", which has none");
+    return base ? base + elements.begin * elem : nullptr;
+  };
+
+  std::vector<ResolvedLane> lanes;
+  const auto& program = plan.ranks[rank_];
+  for (size_t l = 0; l < program.lanes.size(); ++l) {
+    const algo::Lane& lane = program.lanes[l];
+    ResolvedLane resolved;
+    if (lane.sendPeer >= 0) resolved.sendConn = connection(lane.sendPeer, lane.channel);
+    if (lane.recvPeer >= 0) resolved.recvConn = connection(lane.recvPeer, lane.channel);
+    resolved.label = "lane " + std::to_string(l) + " (send rank " + std::to_string(lane.sendPeer) + ", recv rank " +
+                     std::to_string(lane.recvPeer) + ", channel " + std::to_string(lane.channel) + ")";
+    for (const algo::Step& step : lane.steps) {
+      ResolvedStep r;
+      r.kind = step.kind;
+      r.deps = step.deps;
+      size_t srcBytes = 0, dstBytes = 0;
+      if (algo::stepReads(step.kind)) r.src = pointer(step.src, &srcBytes);
+      if (algo::stepWrites(step.kind)) r.dst = pointer(step.dst, &dstBytes);
+      r.bytes = algo::stepReads(step.kind) ? srcBytes : dstBytes;
+      resolved.steps.push_back(std::move(r));
+    }
+    lanes.push_back(std::move(resolved));
+  }
+  std::string name = std::string(algo::collectiveName(args.collective)) + " (" + plan.name + ", " +
+                     std::to_string(args.count) + " x " + dataTypeName(args.type) + ")";
+  return std::make_unique<Execution>(std::move(name), std::move(lanes), reduce, elem, sliceBytes_);
+}
+
+std::unique_ptr<Execution> Communicator::buildPointToPoint(const std::vector<const PointToPointArgs*>& ops) {
+  // Per peer, sends ride one lane and receives another, each in call order, which is NCCL's
+  // matching rule. Sends to self pair with receives from self in order.
+  std::map<int, std::vector<const PointToPointArgs*>> sends, recvs;
+  for (const auto* op : ops) (op->isSend ? sends : recvs)[op->peer].push_back(op);
+  std::vector<ResolvedLane> lanes;
+  auto& selfSends = sends[rank_];
+  auto& selfRecvs = recvs[rank_];
+  if (selfSends.size() != selfRecvs.size())
+    throwInvalidUsage("rank " + std::to_string(rank_) + " posted " + std::to_string(selfSends.size()) +
+                      " sends to itself but " + std::to_string(selfRecvs.size()) + " receives from itself in one group");
+  if (!selfSends.empty()) {
+    ResolvedLane lane;
+    lane.label = "send/recv to self";
+    for (size_t i = 0; i < selfSends.size(); ++i) {
+      const size_t sendBytes = selfSends[i]->count * dataTypeSize(selfSends[i]->type);
+      const size_t recvBytes = selfRecvs[i]->count * dataTypeSize(selfRecvs[i]->type);
+      if (sendBytes != recvBytes)
+        throwInvalidUsage("send to self of " + std::to_string(sendBytes) + " bytes matched with a receive of " +
+                          std::to_string(recvBytes) + " bytes on rank " + std::to_string(rank_));
+      lane.steps.push_back({algo::StepKind::Copy, static_cast<const char*>(selfSends[i]->send),
+                            static_cast<char*>(selfRecvs[i]->recv), sendBytes, {}});
+    }
+    lanes.push_back(std::move(lane));
+  }
+  for (auto& [peer, list] : sends) {
+    if (peer == rank_ || list.empty()) continue;
+    ResolvedLane lane;
+    lane.sendConn = connection(peer, kPointToPointChannel);
+    lane.label = "send to rank " + std::to_string(peer);
+    for (const auto* op : list)
+      lane.steps.push_back({algo::StepKind::Send, static_cast<const char*>(op->send), nullptr,
+                            op->count * dataTypeSize(op->type), {}});
+    lanes.push_back(std::move(lane));
+  }
+  for (auto& [peer, list] : recvs) {
+    if (peer == rank_ || list.empty()) continue;
+    ResolvedLane lane;
+    lane.recvConn = connection(peer, kPointToPointChannel);
+    lane.label = "receive from rank " + std::to_string(peer);
+    for (const auto* op : list)
+      lane.steps.push_back({algo::StepKind::Recv, nullptr, static_cast<char*>(op->recv),
+                            op->count * dataTypeSize(op->type), {}});
+    lanes.push_back(std::move(lane));
+  }
+  if (lanes.empty()) return nullptr;
+  return std::make_unique<Execution>("send/recv", std::move(lanes), nullptr, 1, sliceBytes_);
+}
+
+void Communicator::runGroup(std::vector<Operation>& operations) {
+  std::vector<const PointToPointArgs*> p2p;
+  std::vector<const CollectiveArgs*> collectives;
+  for (const auto& op : operations) {
+    if (const auto* c = std::get_if<CollectiveArgs>(&op)) collectives.push_back(c);
+    else p2p.push_back(&std::get<PointToPointArgs>(op));
+  }
+  // Point-to-point progresses alongside the collectives; collectives run one after another in
+  // call order, which every rank shares, so their connections never interleave.
+  std::unique_ptr<Execution> pointToPoint = p2p.empty() ? nullptr : buildPointToPoint(p2p);
+  std::unique_ptr<Execution> current;
+  std::vector<std::function<void()>> after;
+  size_t next = 0;
+
+  auto lastMove = std::chrono::steady_clock::now();
+  unsigned idle = 0;
+  unsigned loops = 0;
+  for (;;) {
+    if (aborted_.load(std::memory_order_relaxed)) throwInvalidUsage("communicator was aborted (ncclCommAbort)");
+    bool moved = false;
+    auto runAfter = [&] {
+      for (auto& fn : after) fn();
+      after.clear();
+    };
+    while (!current && next < collectives.size()) {
+      current = buildCollective(*collectives[next++], after);
+      if (!current) runAfter();  // nothing to move (zero count)
+    }
+    if (current && current->progress()) {
+      current.reset();
+      runAfter();
+      moved = true;
+    } else if (current) {
+      moved |= current->movedLastTime();
+    }
+    if (pointToPoint && !pointToPoint->finished()) {
+      pointToPoint->progress();
+      moved |= pointToPoint->movedLastTime();
+    }
+    if ((++loops & 15) == 0)  // accepting new TCP peers costs a syscall; connections progress themselves
+      for (auto* t : {localTransport_.get(), shmTransport_.get(), socketTransport_.get()})
+        if (t) t->progress();
+    const bool done = !current && next >= collectives.size() && (!pointToPoint || pointToPoint->finished());
+    if (done) return;
+
+    if (moved) {
+      idle = 0;
+      lastMove = std::chrono::steady_clock::now();
+      continue;
+    }
+    // Back off so many ranks can share few cores; check the stall clock only now and then.
+    ++idle;
+    if (idle > 64) sched_yield();
+    if (idle > 4096) usleep(50);
+    if ((idle & 255) == 0 && std::chrono::steady_clock::now() - lastMove > timeout_) {
+      std::string waiting;
+      if (current) waiting += current->operation() + ":" + current->describeWaiting();
+      if (pointToPoint && !pointToPoint->finished()) waiting += "\n send/recv:" + pointToPoint->describeWaiting();
+      throwRemoteError("rank " + std::to_string(rank_) + " made no progress for " +
+                       std::to_string(timeout_.count()) + " ms (TOPOCCL_TIMEOUT_MS); a peer may have died or not " +
+                       "called the same operation. Waiting:\n " + waiting);
+    }
+  }
+}
+
+void Communicator::runJob(Job& job) {
+  ncclResult_t code = ncclSuccess;
+  std::string message;
+  {
+    std::lock_guard lock(queueMutex_);
+    if (asyncError_ != ncclSuccess) {
+      code = asyncError_;
+      message = "communicator already failed: " + asyncErrorMessage_;
+    }
+  }
+  if (code == ncclSuccess) {
+    try {
+      runGroup(job.operations);
+    } catch (const Error& e) {
+      code = e.code();
+      message = e.what();
+    } catch (const std::exception& e) {
+      code = ncclInternalError;
+      message = e.what();
+    }
+    if (code != ncclSuccess) TOPOCCL_WARN("%s", message.c_str());
+  }
+  {
+    std::lock_guard lock(queueMutex_);
+    if (code != ncclSuccess && asyncError_ == ncclSuccess) {
+      asyncError_ = code;
+      asyncErrorMessage_ = message;
+    }
+    --pending_;
+    running_ = false;
+  }
+  job.work->complete(code, message);
+  queueChanged_.notify_all();
+}
+
+void Communicator::progressLoop() {
+  log::setThreadRank(rank_);
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock lock(queueMutex_);
+      queueChanged_.wait(lock, [&] { return (stopping_ && !running_) || (!queue_.empty() && !running_); });
+      if (queue_.empty()) return;
+      job = std::move(queue_.front());
+      queue_.pop_front();
+      running_ = true;
+    }
+    runJob(job);
+  }
+}
+
+std::shared_ptr<Work> Communicator::runBlocking(std::vector<Operation> operations) {
+  Job job{std::move(operations), std::make_shared<Work>()};
+  {
+    std::unique_lock lock(queueMutex_);
+    if (stopping_ || aborted_) {
+      job.work->complete(ncclInvalidUsage, "communicator is being destroyed or was aborted");
+      return job.work;
+    }
+    ++pending_;
+    if (!queue_.empty() || running_) {
+      queue_.push_back(job);
+      lock.unlock();
+      queueChanged_.notify_all();
+      job.work->wait();
+      return job.work;
+    }
+    running_ = true;
+  }
+  log::setThreadRank(rank_);
+  runJob(job);
+  return job.work;
+}
+
+std::shared_ptr<Work> Communicator::submit(std::vector<Operation> operations) {
+  auto work = std::make_shared<Work>();
+  {
+    std::lock_guard lock(queueMutex_);
+    if (stopping_ || aborted_) {
+      work->complete(ncclInvalidUsage, "communicator is being destroyed or was aborted");
+      return work;
+    }
+    queue_.push_back({std::move(operations), work});
+    ++pending_;
+  }
+  queueChanged_.notify_all();
+  return work;
+}
+
+void Communicator::finalize() {
+  std::unique_lock lock(queueMutex_);
+  queueChanged_.wait(lock, [&] { return pending_ == 0; });
+}
+
+void Communicator::abort() {
+  aborted_ = true;
+  if (bootstrap_) bootstrap_->abort();
+  std::deque<Job> dropped;
+  {
+    std::lock_guard lock(queueMutex_);
+    dropped.swap(queue_);
+    pending_ -= dropped.size();
+    stopping_ = true;
+    if (asyncError_ == ncclSuccess) {
+      asyncError_ = ncclInvalidUsage;
+      asyncErrorMessage_ = "communicator was aborted";
+    }
+  }
+  for (auto& job : dropped) job.work->complete(ncclInvalidUsage, "communicator was aborted before this ran");
+  queueChanged_.notify_all();
+  if (engine_.joinable() && engine_.get_id() != std::this_thread::get_id()) engine_.join();
+}
+
+ncclResult_t Communicator::asyncError() const {
+  std::lock_guard lock(queueMutex_);
+  if (asyncError_ != ncclSuccess) return asyncError_;
+  return pending_ > 0 ? ncclInProgress : ncclSuccess;
+}
+
+std::string Communicator::asyncErrorMessage() const {
+  std::lock_guard lock(queueMutex_);
+  return asyncErrorMessage_;
+}
+
+std::shared_ptr<Communicator> Communicator::split(int color, int key, CommOptions options) {
+  struct ColorKey {
+    int32_t color;
+    int32_t key;
+  };
+  std::vector<ColorKey> all(nranks_);
+  all[rank_] = {color, key};
+  bootstrap_->allGather(all.data(), sizeof(ColorKey));
+  const int tag = kSplitTag + splitCount_++;
+  if (color == NCCL_SPLIT_NOCOLOR) return nullptr;
+  std::vector<int> members;
+  for (int r = 0; r < nranks_; ++r)
+    if (all[r].color == color) members.push_back(r);
+  std::stable_sort(members.begin(), members.end(), [&](int a, int b) { return all[a].key < all[b].key; });
+  const int newRank = static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
+  bootstrap::UniqueId id;
+  if (newRank == 0) {
+    id = bootstrap::createUniqueId();
+    for (size_t i = 1; i < members.size(); ++i) bootstrap_->send(members[i], tag, &id, sizeof(id));
+  } else {
+    bootstrap_->recv(members[0], tag, &id, sizeof(id));
+  }
+  if (options.name.empty()) options.name = options_.name;
+  return create(id, static_cast<int>(members.size()), newRank, std::move(options));
+}
+
+}  // namespace topoccl::core

@@ -1,0 +1,155 @@
+// The communicator: joins bootstrap, locality, transports, plans and kernels. Operations are
+// queued to one progress engine (a thread) per communicator, which runs them in submission order,
+// so every rank executes collectives in the same order.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include "algorithms/generators.hpp"
+#include "algorithms/plan.hpp"
+#include "algorithms/selection.hpp"
+#include "bootstrap/bootstrap.hpp"
+#include "common/datatype.hpp"
+#include "core/work.hpp"
+#include "topology/locality.hpp"
+#include "transport/transport.hpp"
+
+
+namespace topoccl::core {
+
+class Execution;
+
+// A reduction as the caller asked for it; PreMulSum carries its scalar.
+struct ReduceSpec {
+  ReduceOp op = ReduceOp::Sum;
+  DataType scalarType = DataType::Float32;
+  unsigned char scalar[8] = {};        // host-immediate value
+  const void* scalarPointer = nullptr;  // read when the operation runs (ncclScalarDevice on host memory)
+};
+
+struct CollectiveArgs {
+  algo::Collective collective = algo::Collective::AllReduce;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;  // per-rank count, as NCCL defines it for the collective
+  DataType type = DataType::Float32;
+  ReduceSpec reduce;
+  int root = 0;
+};
+
+struct PointToPointArgs {
+  bool isSend = true;
+  const void* send = nullptr;  // isSend
+  void* recv = nullptr;        // !isSend
+  size_t count = 0;
+  DataType type = DataType::Float32;
+  int peer = 0;
+};
+
+using Operation = std::variant<CollectiveArgs, PointToPointArgs>;
+
+struct CommOptions {
+  bool blocking = true;
+  std::string name;
+};
+
+class Communicator : public std::enable_shared_from_this<Communicator> {
+ public:
+  // Collective over all ranks: joins the rendezvous named by `id`.
+  static std::shared_ptr<Communicator> create(const bootstrap::UniqueId& id, int nranks, int rank,
+                                              CommOptions options);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  const CommOptions& options() const { return options_; }
+  const topo::Locality& locality() const { return *locality_; }
+
+  // Queues a group of operations that progress together; returns at once.
+  std::shared_ptr<Work> submit(std::vector<Operation> operations);
+  // Runs a group to completion on the calling thread when the engine is idle (saving two thread
+  // hand-offs per blocking call), else queues it behind the running work and waits.
+  std::shared_ptr<Work> runBlocking(std::vector<Operation> operations);
+  // Waits until everything queued so far finished (ncclCommFinalize).
+  void finalize();
+  // Stops the progress engine, failing queued and running work with ncclRemoteError/abort.
+  void abort();
+  // ncclCommGetAsyncError: the first error the engine hit, ncclInProgress while work is queued,
+  // ncclSuccess otherwise.
+  ncclResult_t asyncError() const;
+  std::string asyncErrorMessage() const;
+
+  // ncclCommSplit: collective over this communicator. Returns null for NCCL_SPLIT_NOCOLOR.
+  std::shared_ptr<Communicator> split(int color, int key, CommOptions options);
+
+  // Which algorithm the selection table picks (for logs, tools and tests).
+  std::string chosenAlgorithm(algo::Collective collective, size_t bytes) const;
+
+ private:
+  Communicator(int rank, int nranks, CommOptions options);
+  void initialize(const bootstrap::UniqueId& id);
+  void progressLoop();
+  void runGroup(std::vector<Operation>& operations);
+  transport::Connection* connection(int peer, int channel);
+  transport::Transport& transportFor(int peer) const;
+  std::unique_ptr<Execution> buildCollective(const CollectiveArgs& args, std::vector<std::function<void()>>& after);
+  std::unique_ptr<Execution> buildPointToPoint(const std::vector<const PointToPointArgs*>& ops);
+  const algo::Plan& planFor(algo::Algorithm algorithm, algo::Collective collective, int root);
+
+  struct Job {
+    std::vector<Operation> operations;
+    std::shared_ptr<Work> work;
+  };
+  void runJob(Job& job);
+
+  int rank_;
+  int nranks_;
+  CommOptions options_;
+  std::unique_ptr<bootstrap::Bootstrap> bootstrap_;
+  std::unique_ptr<topo::Locality> locality_;
+  std::vector<transport::PeerInfo> peers_;
+  transport::CommIdentity identity_;
+  // Agreed at init (rank 0's values), so every rank builds the same plans and slices.
+  size_t sliceBytes_ = 0;
+  int nchannels_ = 1;
+  std::chrono::milliseconds timeout_{60000};
+  std::unique_ptr<algo::SelectionTable> selection_;
+
+  enum class Route : uint8_t { Local, Shm, Socket };
+  std::vector<Route> peerRoute_;
+  int splitCount_ = 0;
+  std::unique_ptr<transport::Transport> localTransport_;
+  std::unique_ptr<transport::Transport> shmTransport_;
+  std::unique_ptr<transport::Transport> socketTransport_;
+  std::map<std::pair<int, int>, std::unique_ptr<transport::Connection>> connections_;
+  std::map<std::tuple<int, int, int>, std::unique_ptr<algo::Plan>> plans_;
+  std::vector<char> scratch_;
+  std::vector<char> prescaled_;
+
+  mutable std::mutex queueMutex_;
+  std::condition_variable queueChanged_;
+  std::deque<Job> queue_;
+  size_t pending_ = 0;  // queued + running jobs
+  bool running_ = false;  // a job is executing (on the engine thread or inline)
+  bool stopping_ = false;
+  std::atomic<bool> aborted_{false};
+  ncclResult_t asyncError_ = ncclSuccess;
+  std::string asyncErrorMessage_;
+  std::thread engine_;
+};
+
+}  // namespace topoccl::core

@@ -1,0 +1,205 @@
+#include "core/execution.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "common/error.hpp"
+
+namespace topoccl::core {
+
+using algo::StepKind;
+
+Execution::Execution(std::string operation, std::vector<ResolvedLane> lanes, kernels::ReduceFn reduce,
+                     size_t elementSize, size_t sliceBytes)
+    : operation_(std::move(operation)),
+      lanes_(std::move(lanes)),
+      states_(lanes_.size()),
+      reduce_(reduce),
+      elementSize_(elementSize == 0 ? 1 : elementSize) {
+  // Slices hold whole elements so a slice can be reduced on its own.
+  sliceBytes_ = std::max(elementSize_, sliceBytes / elementSize_ * elementSize_);
+  size_t stagingBytes = 0;
+  for (const auto& lane : lanes_)
+    for (const auto& step : lane.steps)
+      if (step.kind == StepKind::RecvReduceSend) stagingBytes += step.bytes;
+  if (stagingBytes > 0) staging_.reset(new char[stagingBytes]);
+  char* next = staging_.get();
+  stagingOf_.resize(lanes_.size());
+  for (size_t l = 0; l < lanes_.size(); ++l) {
+    stagingOf_[l].assign(lanes_[l].steps.size(), nullptr);
+    for (size_t s = 0; s < lanes_[l].steps.size(); ++s)
+      if (lanes_[l].steps[s].kind == StepKind::RecvReduceSend) {
+        stagingOf_[l][s] = next;
+        next += lanes_[l].steps[s].bytes;
+      }
+  }
+  for (const auto& lane : lanes_)
+    for (auto* conn : {lane.sendConn, lane.recvConn})
+      if (conn && std::find(connections_.begin(), connections_.end(), conn) == connections_.end())
+        connections_.push_back(conn);
+}
+
+size_t Execution::sliceLength(const ResolvedStep& step, size_t slice) const {
+  const size_t begin = slice * sliceBytes_;
+  return std::min(sliceBytes_, step.bytes - begin);
+}
+
+bool Execution::depsSatisfied(const ResolvedStep& step) const {
+  for (const auto& dep : step.deps)
+    if (states_[dep.lane].step <= dep.step) return false;
+  return true;
+}
+
+bool Execution::writeHazard(const char* begin, const char* end) {
+  bool hazard = false;
+  std::erase_if(inFlight_, [&](const InFlightSend& s) {
+    if (s.conn->sendsCompleted() >= s.ticket) return true;
+    if (s.begin < end && begin < s.end) hazard = true;
+    return false;
+  });
+  return hazard;
+}
+
+void Execution::postSend(transport::Connection* conn, const char* data, size_t bytes) {
+  const transport::Ticket ticket = conn->postSend(data, bytes);
+  inFlight_.push_back({conn, ticket, data, data + bytes});
+}
+
+void Execution::startStep(size_t laneIndex) {
+  LaneState& state = states_[laneIndex];
+  const ResolvedStep& step = lanes_[laneIndex].steps[state.step];
+  state.stepStarted = true;
+  state.slices = step.bytes == 0 ? 0 : (step.bytes + sliceBytes_ - 1) / sliceBytes_;
+  state.slicesPosted = 0;
+  state.slicesDone = 0;
+  state.recvTickets.clear();
+}
+
+void Execution::finishStep(LaneState& state) {
+  ++state.step;
+  state.stepStarted = false;
+  moved_ = true;
+}
+
+// Posts receives up to the window and forwards each completed slice. Returns true when the step's
+// receives are all done.
+bool Execution::pumpReceives(size_t laneIndex) {
+  LaneState& state = states_[laneIndex];
+  ResolvedLane& lane = lanes_[laneIndex];
+  const ResolvedStep& step = lane.steps[state.step];
+  const bool forwards = algo::stepSends(step.kind);
+
+  while (state.slicesPosted < state.slices && state.slicesPosted - state.slicesDone < kWindow) {
+    const size_t offset = state.slicesPosted * sliceBytes_;
+    const size_t length = sliceLength(step, state.slicesPosted);
+    transport::RecvAction action;
+    action.elementSize = elementSize_;
+    if (step.kind == StepKind::RecvReduceSend) {
+      action.dst = stagingOf_[laneIndex][state.step] + offset;
+    } else {
+      action.dst = step.dst + offset;
+      if (writeHazard(step.dst + offset, step.dst + offset + length)) break;
+    }
+    if (step.kind == StepKind::RecvReduceSend || step.kind == StepKind::RecvReduceCopy ||
+        step.kind == StepKind::RecvReduceCopySend) {
+      action.operand = step.src + offset;
+      action.reduce = reduce_;
+    }
+    state.recvTickets.push_back(lane.recvConn->postRecv(action, length));
+    ++state.slicesPosted;
+    moved_ = true;
+  }
+
+  while (!state.recvTickets.empty() && lane.recvConn->recvsCompleted() >= state.recvTickets.front()) {
+    const size_t slice = state.slicesDone;
+    const size_t length = sliceLength(step, slice);
+    if (forwards) {
+      const char* base = step.kind == StepKind::RecvReduceSend ? stagingOf_[laneIndex][state.step] : step.dst;
+      postSend(lane.sendConn, base + slice * sliceBytes_, length);
+    }
+    state.recvTickets.pop_front();
+    ++state.slicesDone;
+    moved_ = true;
+  }
+  return state.slicesDone == state.slices;
+}
+
+bool Execution::advanceLane(size_t laneIndex) {
+  LaneState& state = states_[laneIndex];
+  ResolvedLane& lane = lanes_[laneIndex];
+  while (state.step < lane.steps.size()) {
+    const ResolvedStep& step = lane.steps[state.step];
+    if (!state.stepStarted) {
+      if (!depsSatisfied(step)) return false;
+      startStep(laneIndex);
+    }
+    switch (step.kind) {
+      case StepKind::Nop: break;
+      case StepKind::Send:
+        for (size_t slice = 0; slice < state.slices; ++slice)
+          postSend(lane.sendConn, step.src + slice * sliceBytes_, sliceLength(step, slice));
+        break;
+      case StepKind::Copy:
+        if (step.bytes > 0 && step.src != step.dst) {
+          if (writeHazard(step.dst, step.dst + step.bytes)) return false;
+          std::memmove(step.dst, step.src, step.bytes);
+        }
+        break;
+      case StepKind::Reduce:
+        if (step.bytes > 0) {
+          if (writeHazard(step.dst, step.dst + step.bytes)) return false;
+          reduce_(step.dst, step.dst, step.src, step.bytes / elementSize_);
+        }
+        break;
+      default:
+        if (!pumpReceives(laneIndex)) return false;
+        break;
+    }
+    finishStep(state);
+  }
+  return true;
+}
+
+bool Execution::progress() {
+  if (finished_) return true;
+  moved_ = false;
+  for (auto* conn : connections_) conn->progress();
+  bool allLanesDone = true;
+  for (size_t i = 0; i < lanes_.size(); ++i) {
+    try {
+      if (!advanceLane(i)) allLanesDone = false;
+    } catch (const Error& e) {
+      throw Error(e.code(), operation_ + ": " + lanes_[i].label + ": " + e.what());
+    }
+  }
+  if (!allLanesDone) return false;
+  for (auto* conn : connections_) conn->progress();
+  writeHazard(nullptr, nullptr);
+  if (!inFlight_.empty()) return false;
+  finished_ = true;
+  moved_ = true;
+  return true;
+}
+
+std::string Execution::describeWaiting() const {
+  std::ostringstream out;
+  for (size_t i = 0; i < lanes_.size(); ++i) {
+    const LaneState& state = states_[i];
+    const ResolvedLane& lane = lanes_[i];
+    if (state.step >= lane.steps.size()) continue;
+    const ResolvedStep& step = lane.steps[state.step];
+    out << "\n  " << lane.label << " step " << state.step << " (" << algo::stepKindName(step.kind) << ", "
+        << step.bytes << " bytes)";
+    if (!state.stepStarted) {
+      out << " waits for its dependencies";
+    } else if (algo::stepReceives(step.kind) && lane.recvConn) {
+      out << " waits for data from " << lane.recvConn->describe() << " (" << state.slicesDone << "/"
+          << state.slices << " slices received)";
+    }
+  }
+  if (!inFlight_.empty()) out << "\n  " << inFlight_.size() << " sends not yet delivered";
+  return out.str();
+}
+
+}  // namespace topoccl::core

@@ -1,0 +1,94 @@
+// The plan executor's engine: lanes of resolved steps (pointers, byte counts, connections) run as
+// resumable state machines. progress() never blocks; the communicator's progress engine drives it.
+// Collective plans and grouped send/recv are both lowered to this form, so one engine runs both.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "algorithms/plan.hpp"
+#include "kernels/host_reduce.hpp"
+#include "transport/transport.hpp"
+
+namespace topoccl::core {
+
+struct ResolvedStep {
+  algo::StepKind kind = algo::StepKind::Nop;
+  const char* src = nullptr;
+  char* dst = nullptr;
+  size_t bytes = 0;
+  std::vector<algo::StepRef> deps;
+};
+
+struct ResolvedLane {
+  transport::Connection* sendConn = nullptr;
+  transport::Connection* recvConn = nullptr;
+  std::vector<ResolvedStep> steps;
+  std::string label;  // for stall reports: "lane 0 (send rank 1, recv rank 3, channel 0)"
+};
+
+class Execution {
+ public:
+  Execution(std::string operation, std::vector<ResolvedLane> lanes, kernels::ReduceFn reduce,
+            size_t elementSize, size_t sliceBytes);
+  Execution(const Execution&) = delete;
+  Execution& operator=(const Execution&) = delete;
+
+  // Moves every lane as far as it can without blocking. Returns true once all steps finished and
+  // every send has completed. Throws topoccl::Error from transports, prefixed with the operation.
+  bool progress();
+  bool movedLastTime() const { return moved_; }
+  bool finished() const { return finished_; }
+  const std::string& operation() const { return operation_; }
+  // What each unfinished lane waits for, for timeout errors.
+  std::string describeWaiting() const;
+
+ private:
+  static constexpr size_t kWindow = 4;  // receive slices in flight per lane
+
+  struct InFlightSend {
+    transport::Connection* conn;
+    transport::Ticket ticket;
+    const char* begin;
+    const char* end;
+  };
+
+  struct LaneState {
+    size_t step = 0;          // index of the current step; == steps.size() when done
+    bool stepStarted = false;
+    size_t slices = 0;
+    size_t slicesPosted = 0;  // receives posted
+    size_t slicesDone = 0;    // receives completed (and forwarded)
+    std::deque<transport::Ticket> recvTickets;
+  };
+
+  bool advanceLane(size_t laneIndex);
+  bool depsSatisfied(const ResolvedStep& step) const;
+  bool writeHazard(const char* begin, const char* end);  // true while a pending send reads there
+  void startStep(size_t laneIndex);
+  void finishStep(LaneState& state);
+  void postSend(transport::Connection* conn, const char* data, size_t bytes);
+  bool pumpReceives(size_t laneIndex);
+  size_t sliceLength(const ResolvedStep& step, size_t slice) const;
+
+  std::string operation_;
+  std::vector<ResolvedLane> lanes_;
+  std::vector<LaneState> states_;
+  std::vector<transport::Connection*> connections_;
+  std::vector<InFlightSend> inFlight_;
+  // RecvReduceSend results, one region per such step: receives never wait for a send to finish,
+  // which keeps transports that complete a send only when the peer consumed it deadlock-free.
+  std::unique_ptr<char[]> staging_;
+  std::vector<std::vector<char*>> stagingOf_;  // [lane][step]
+  kernels::ReduceFn reduce_;
+  size_t elementSize_;
+  size_t sliceBytes_;
+  bool moved_ = false;
+  bool finished_ = false;
+};
+
+}  // namespace topoccl::core

@@ -1,0 +1,25 @@
+// Host-callable entry point of the CUDA reduction kernels (kernels/cuda/reduce_kernels.cu).
+// Declared only where CUDA exists: in nvcc translation units, and in host code built against a
+// topoccl_kernels that was configured with CUDA (TOPOCCL_HAVE_CUDA). Non-CUDA builds see nothing,
+// so they never include a CUDA header.
+#pragma once
+
+#if defined(__CUDACC__) || defined(TOPOCCL_HAVE_CUDA)
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "common/datatype.hpp"
+
+namespace topoccl::kernels {
+
+// Enqueues dst[i] = a[i] (op) b[i], i < count, on `stream` (device pointers; dst may alias a or b
+// exactly). Same operators and rounding as the host loops (reduce_ops.hpp). Sum, Prod, Max, Min
+// only; any other op or type returns cudaErrorInvalidValue without launching. count == 0 launches
+// nothing. Returns the launch status; kernel faults surface later on the stream.
+cudaError_t launchReduce(DataType type, ReduceOp op, void* dst, const void* a, const void* b, size_t count,
+                         cudaStream_t stream);
+
+}  // namespace topoccl::kernels
+
+#endif

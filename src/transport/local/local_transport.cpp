@@ -1,0 +1,246 @@
+#include "transport/local/local_transport.hpp"
+
+#include <atomic>
+#include <compare>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "common/params.hpp"
+
+namespace topoccl::transport {
+namespace {
+
+struct DirectionKey {
+  uint64_t commHash = 0;
+  int sender = -1;
+  int receiver = -1;
+  int channel = -1;
+  auto operator<=>(const DirectionKey&) const = default;
+};
+
+struct PostedSend {
+  const void* data = nullptr;
+  size_t bytes = 0;
+};
+
+// One direction of one connection. The sender appends buffer descriptors; the receiver applies
+// its actions straight from them in order and counts them as consumed, which is what completes
+// the sender's tickets (the sender's memory is in use until then).
+struct Direction {
+  std::mutex mutex;
+  std::deque<PostedSend> posted;  // guarded by mutex; pushed by the sender, popped by the receiver
+  std::string failure;            // guarded by mutex; set once with `failed`
+  std::atomic<Ticket> consumed{0};
+  std::atomic<bool> failed{false};
+  std::atomic<bool> senderClosed{false};
+  std::atomic<bool> receiverClosed{false};
+  // Guarded by the registry mutex.
+  bool senderAttached = false;
+  bool receiverAttached = false;
+};
+
+// Pairs the two ends of every direction. An entry lives until both of its ends are gone.
+class Registry {
+ public:
+  std::shared_ptr<Direction> attach(const DirectionKey& key, bool asSender) {
+    std::lock_guard lock(mutex_);
+    auto& slot = directions_[key];
+    if (!slot) slot = std::make_shared<Direction>();
+    bool& attached = asSender ? slot->senderAttached : slot->receiverAttached;
+    if (attached) {
+      throwInvalidUsage("local transport: rank " + std::to_string(asSender ? key.sender : key.receiver) +
+                        " connected twice to rank " + std::to_string(asSender ? key.receiver : key.sender) +
+                        " on channel " + std::to_string(key.channel));
+    }
+    attached = true;
+    return slot;
+  }
+
+  void detach(const DirectionKey& key, const std::shared_ptr<Direction>& direction, bool asSender) {
+    std::lock_guard lock(mutex_);
+    (asSender ? direction->senderClosed : direction->receiverClosed).store(true, std::memory_order_release);
+    const bool otherEndDone = asSender ? (!direction->receiverAttached || direction->receiverClosed.load())
+                                       : (!direction->senderAttached || direction->senderClosed.load());
+    auto it = directions_.find(key);
+    if (otherEndDone && it != directions_.end() && it->second == direction) directions_.erase(it);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<DirectionKey, std::shared_ptr<Direction>> directions_;
+};
+
+Registry& registry() {
+  // Never destroyed: connections held by static objects may outlive normal static teardown.
+  static Registry* instance = new Registry;
+  return *instance;
+}
+
+void validateRecvAction(const RecvAction& action, size_t bytes, const std::string& who) {
+  if (bytes > 0 && action.dst == nullptr) throwInvalidArgument(who + ": receive of " + std::to_string(bytes) + " bytes into a null buffer");
+  if (action.operand != nullptr) {
+    if (action.reduce == nullptr) throwInvalidArgument(who + ": receive with an operand but no reduce function");
+    if (action.elementSize == 0 || bytes % action.elementSize != 0) {
+      throwInvalidArgument(who + ": receive of " + std::to_string(bytes) + " bytes is not a whole number of " +
+                           std::to_string(action.elementSize) + "-byte elements");
+    }
+  }
+}
+
+void applyRecvAction(const RecvAction& action, const void* incoming, size_t bytes) {
+  if (bytes == 0) return;
+  if (action.operand == nullptr) {
+    std::memcpy(action.dst, incoming, bytes);
+  } else {
+    action.reduce(action.dst, incoming, action.operand, bytes / action.elementSize);
+  }
+}
+
+class LocalConnection final : public Connection {
+ public:
+  LocalConnection(const CommIdentity& identity, int peerRank, int channel)
+      : peer_(peerRank),
+        channel_(channel),
+        outKey_{identity.commHash, identity.rank, peerRank, channel},
+        inKey_{identity.commHash, peerRank, identity.rank, channel} {
+    out_ = registry().attach(outKey_, /*asSender=*/true);
+    try {
+      in_ = registry().attach(inKey_, /*asSender=*/false);
+    } catch (...) {
+      registry().detach(outKey_, out_, true);
+      throw;
+    }
+  }
+
+  ~LocalConnection() override {
+    registry().detach(outKey_, out_, /*asSender=*/true);
+    registry().detach(inKey_, in_, /*asSender=*/false);
+  }
+
+  Ticket postSend(const void* data, size_t bytes) override {
+    if (bytes > 0 && data == nullptr) throwInvalidArgument(describe() + ": send of " + std::to_string(bytes) + " bytes from a null buffer");
+    std::lock_guard lock(out_->mutex);
+    out_->posted.push_back({data, bytes});
+    return ++sendsPosted_;
+  }
+
+  Ticket postRecv(const RecvAction& action, size_t bytes) override {
+    validateRecvAction(action, bytes, describe());
+    recvs_.push_back({action, bytes});
+    return ++recvsPosted_;
+  }
+
+  void progress() override {
+    if (out_->failed.load(std::memory_order_acquire)) {
+      std::lock_guard lock(out_->mutex);
+      throwRemoteError("local peer rank " + std::to_string(peer_) + " failed on channel " + std::to_string(channel_) +
+                       ": " + out_->failure);
+    }
+    drainIncoming();
+    if (!recvs_.empty() && in_->senderClosed.load(std::memory_order_acquire)) {
+      std::lock_guard lock(in_->mutex);
+      if (in_->posted.empty()) {
+        throwRemoteError("local peer rank " + std::to_string(peer_) + " closed the connection during receive on channel " +
+                         std::to_string(channel_));
+      }
+    }
+    // Closed first, then the count: the receiver counts everything it consumed before closing.
+    if (out_->receiverClosed.load(std::memory_order_acquire) && sendsCompleted() < sendsPosted_) {
+      throwRemoteError("local peer rank " + std::to_string(peer_) + " closed the connection during send on channel " +
+                       std::to_string(channel_));
+    }
+  }
+
+  Ticket sendsCompleted() const override { return out_->consumed.load(std::memory_order_acquire); }
+  Ticket recvsCompleted() const override { return recvsCompleted_; }
+  int peer() const override { return peer_; }
+  const char* transportName() const override { return "local"; }
+  std::string describe() const override {
+    return "local to rank " + std::to_string(peer_) + " channel " + std::to_string(channel_);
+  }
+
+ private:
+  struct PendingRecv {
+    RecvAction action;
+    size_t bytes = 0;
+  };
+
+  void drainIncoming() {
+    while (!recvs_.empty()) {
+      PostedSend send;
+      {
+        std::lock_guard lock(in_->mutex);
+        if (in_->posted.empty()) return;
+        send = in_->posted.front();  // only this thread pops, so the front stays put
+      }
+      const PendingRecv& recv = recvs_.front();
+      if (send.bytes != recv.bytes) {
+        const std::string what = "receive of " + std::to_string(recv.bytes) + " bytes matched a send of " +
+                                 std::to_string(send.bytes) + " bytes";
+        {
+          std::lock_guard lock(in_->mutex);
+          in_->failure = what + " (rank " + std::to_string(inKey_.receiver) + ")";
+        }
+        in_->failed.store(true, std::memory_order_release);
+        throwRemoteError("local peer rank " + std::to_string(peer_) + " on channel " + std::to_string(channel_) + ": " + what);
+      }
+      // The sender's buffer is valid until `consumed` moves past it, so read it outside the lock.
+      applyRecvAction(recv.action, send.data, send.bytes);
+      {
+        std::lock_guard lock(in_->mutex);
+        in_->posted.pop_front();
+      }
+      in_->consumed.fetch_add(1, std::memory_order_release);
+      recvs_.pop_front();
+      ++recvsCompleted_;
+    }
+  }
+
+  int peer_;
+  int channel_;
+  DirectionKey outKey_;
+  DirectionKey inKey_;
+  std::shared_ptr<Direction> out_;
+  std::shared_ptr<Direction> in_;
+  Ticket sendsPosted_ = 0;
+  Ticket recvsPosted_ = 0;
+  Ticket recvsCompleted_ = 0;
+  std::deque<PendingRecv> recvs_;
+};
+
+class LocalTransport final : public Transport {
+ public:
+  explicit LocalTransport(const CommIdentity& identity) : identity_(identity) {}
+
+  const char* name() const override { return "local"; }
+
+  bool canConnect(const PeerInfo& self, const PeerInfo& peer) const override {
+    return !params::kP2pDisable.get() && self.processToken == peer.processToken;
+  }
+
+  std::unique_ptr<Connection> connect(const PeerInfo& peer, int channel) override {
+    if (peer.rank < 0 || (identity_.nranks > 0 && peer.rank >= identity_.nranks)) {
+      throwInvalidArgument("local transport: peer rank " + std::to_string(peer.rank) + " is outside the communicator of " +
+                           std::to_string(identity_.nranks) + " ranks");
+    }
+    if (channel < 0) throwInvalidArgument("local transport: channel " + std::to_string(channel) + " is negative");
+    TOPOCCL_TRACE(log::kP2p, "local: rank %d connecting to rank %d channel %d", identity_.rank, peer.rank, channel);
+    return std::make_unique<LocalConnection>(identity_, peer.rank, channel);
+  }
+
+ private:
+  CommIdentity identity_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> makeLocalTransport(const CommIdentity& identity) {
+  return std::make_unique<LocalTransport>(identity);
+}
+
+}  // namespace topoccl::transport

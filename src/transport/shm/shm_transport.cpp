@@ -1,0 +1,714 @@
+#include "transport/shm/shm_transport.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <new>
+#include <optional>
+#include <vector>
+
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "common/params.hpp"
+
+namespace topoccl::transport {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kSegmentMagic = 0x746f706f73686d31ull;  // "toposhm1"
+constexpr uint32_t kLayoutVersion = 1;
+constexpr size_t kAlign = 64;                               // cache line; slot payloads are multiples of it
+constexpr auto kLivenessInterval = std::chrono::milliseconds(100);
+constexpr size_t kCmaStagingBytes = 256 << 10;              // piece size when reducing CMA data
+constexpr size_t kCmaBytesPerProgress = 8 << 20;            // bounds the work of one progress() call
+
+// The receiver reads this through process_vm_readv during the handshake: one cheap read proves
+// that the kernel lets this pair use CMA (Yama, seccomp and containers often forbid it).
+constexpr uint64_t kCmaProbeValue = 0x636d612d70726f62ull;
+const uint64_t cmaProbe = kCmaProbeValue;
+std::atomic<bool> cmaUnsupportedByKernel{false};  // ENOSYS is process-wide; EPERM is per peer
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
+              "shm FIFO counters must be lock-free to live in shared memory");
+
+enum SegmentState : uint32_t { kCreating = 0, kReady = 1, kAttached = 2, kEstablished = 3 };
+enum SlotKind : uint32_t { kInlineFragment = 1, kCmaDescriptor = 2 };
+
+// What the sender says about the slot it publishes. Plain memory: ordered by `head`.
+struct SlotDescriptor {
+  uint64_t messageBytes;
+  uint64_t offset;         // of this fragment within the message
+  uint64_t fragmentBytes;  // payload bytes in this slot (inline) or the message size (CMA)
+  uint64_t cmaAddress;     // the sender's buffer, for process_vm_readv
+  uint32_t kind;
+  uint32_t reserved;
+};
+
+struct SegmentHeader {
+  // Written by the receiver before kReady, read-only afterwards.
+  uint64_t magic;
+  uint32_t version;
+  uint32_t slotCount;
+  uint64_t slotBytes;
+  uint64_t totalBytes;
+  uint64_t commHash;
+  int64_t receiverPid;
+  int64_t senderPid;  // the pid the receiver expects to attach
+  int32_t senderRank;
+  int32_t receiverRank;
+  int32_t channel;
+  std::atomic<uint32_t> state;
+  uint64_t senderProbeAddress;  // written by the sender before kAttached
+  uint64_t cmaThreshold;        // written by the receiver before kEstablished; 0 = no CMA
+  // One writer each, on separate cache lines so the two sides do not false-share.
+  alignas(kAlign) std::atomic<uint64_t> head;  // slots published by the sender
+  alignas(kAlign) std::atomic<uint64_t> tail;  // slots released by the receiver
+  alignas(kAlign) std::atomic<uint32_t> senderClosed;
+  std::atomic<uint32_t> receiverClosed;
+  std::atomic<uint32_t> receiverFailed;
+  char failureText[200];  // written before receiverFailed
+};
+
+size_t alignUp(size_t value, size_t alignment) { return (value + alignment - 1) / alignment * alignment; }
+
+struct SegmentGeometry {
+  size_t descriptorsOffset;
+  size_t payloadOffset;
+  size_t totalBytes;
+};
+
+SegmentGeometry geometryFor(size_t slotCount, size_t slotBytes) {
+  SegmentGeometry g{};
+  g.descriptorsOffset = alignUp(sizeof(SegmentHeader), kAlign);
+  g.payloadOffset = alignUp(g.descriptorsOffset + slotCount * sizeof(SlotDescriptor), kAlign);
+  g.totalBytes = g.payloadOffset + slotCount * slotBytes;
+  return g;
+}
+
+class UniqueFd {
+ public:
+  explicit UniqueFd(int fd = -1) : fd_(fd) {}
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+class SharedMapping {
+ public:
+  SharedMapping() = default;
+  SharedMapping(void* address, size_t bytes) : address_(address), bytes_(bytes) {}
+  SharedMapping(SharedMapping&& other) noexcept : address_(other.address_), bytes_(other.bytes_) {
+    other.address_ = nullptr;
+    other.bytes_ = 0;
+  }
+  SharedMapping& operator=(SharedMapping&& other) noexcept {
+    if (this != &other) {
+      reset();
+      std::swap(address_, other.address_);
+      std::swap(bytes_, other.bytes_);
+    }
+    return *this;
+  }
+  ~SharedMapping() { reset(); }
+  void reset() {
+    if (address_ != nullptr) ::munmap(address_, bytes_);
+    address_ = nullptr;
+    bytes_ = 0;
+  }
+  unsigned char* bytes() const { return static_cast<unsigned char*>(address_); }
+  size_t size() const { return bytes_; }
+  explicit operator bool() const { return address_ != nullptr; }
+
+ private:
+  void* address_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Maps the whole of `fd`; nullopt-free: throws on failure.
+SharedMapping mapShared(int fd, size_t bytes, const std::string& what) {
+  void* address = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (address == MAP_FAILED) throwSystemError("shm transport: mapping " + std::to_string(bytes) + " bytes of " + what);
+  return SharedMapping(address, bytes);
+}
+
+// A name in /dev/shm that this object is responsible for removing.
+class SegmentName {
+ public:
+  SegmentName() = default;
+  SegmentName(const SegmentName&) = delete;
+  SegmentName& operator=(const SegmentName&) = delete;
+  ~SegmentName() { unlink(); }
+  void adopt(std::string name) {
+    unlink();
+    name_ = std::move(name);
+    linked_ = true;
+  }
+  void unlink() {
+    if (linked_) ::shm_unlink(name_.c_str());  // ENOENT is fine: the peer may have done it
+    linked_ = false;
+  }
+
+ private:
+  std::string name_;
+  bool linked_ = false;
+};
+
+// A mapped segment seen through its layout.
+struct SegmentView {
+  SharedMapping mapping;
+  SegmentHeader* header = nullptr;
+  SlotDescriptor* descriptors = nullptr;
+  unsigned char* payload = nullptr;
+  size_t slotCount = 0;
+  size_t slotBytes = 0;
+
+  void bind(SharedMapping mapped, size_t count, size_t bytesPerSlot) {
+    mapping = std::move(mapped);
+    const SegmentGeometry g = geometryFor(count, bytesPerSlot);
+    header = std::launder(reinterpret_cast<SegmentHeader*>(mapping.bytes()));
+    descriptors = reinterpret_cast<SlotDescriptor*>(mapping.bytes() + g.descriptorsOffset);
+    payload = mapping.bytes() + g.payloadOffset;
+    slotCount = count;
+    slotBytes = bytesPerSlot;
+  }
+  unsigned char* slotPayload(uint64_t counter) const { return payload + (counter % slotCount) * slotBytes; }
+  SlotDescriptor& slotDescriptor(uint64_t counter) const { return descriptors[counter % slotCount]; }
+};
+
+// kill(pid, 0) alone is not enough: a SIGKILLed child that its parent has not reaped yet is a
+// zombie and still answers. /proc tells zombies apart; when /proc is unreadable, trust kill().
+bool processAlive(int64_t pid) {
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return false;
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%" PRId64 "/stat", pid);
+  UniqueFd fd(::open(path, O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return true;
+  char text[512];
+  const ssize_t n = ::read(fd.get(), text, sizeof(text) - 1);
+  if (n <= 0) return true;
+  text[n] = '\0';
+  const char* close = std::strrchr(text, ')');  // the command name may itself contain ')'
+  if (close == nullptr || close[1] != ' ') return true;
+  const char state = close[2];
+  return state != 'Z' && state != 'X';
+}
+
+struct PendingSend {
+  const unsigned char* data = nullptr;
+  size_t bytes = 0;
+  size_t offset = 0;              // bytes already copied into slots (inline)
+  bool published = false;         // every slot of it is in the FIFO
+  uint64_t releasedAtTail = 0;    // CMA: complete once the receiver's tail reaches this; 0 = at publish
+};
+
+struct PendingRecv {
+  RecvAction action;
+  size_t bytes = 0;
+  size_t offset = 0;  // bytes applied so far
+};
+
+class ShmConnection final : public Connection {
+ public:
+  ShmConnection(const CommIdentity& identity, const PeerInfo& self, const PeerInfo& peer, int channel)
+      : commHash_(identity.commHash),
+        selfRank_(identity.rank),
+        selfPid_(self.pid > 0 ? self.pid : static_cast<int64_t>(::getpid())),
+        peerRank_(peer.rank),
+        peerPid_(peer.pid),
+        channel_(channel),
+        outName_(shmSegmentName(identity.commHash, identity.rank, peer.rank, channel)) {
+    const int64_t timeoutMs = params::kTimeoutMs.get();
+    if (timeoutMs > 0) connectDeadline_ = Clock::now() + std::chrono::milliseconds(timeoutMs);
+    cmaThreshold_ = params::kCmaDisable.get() ? 0 : static_cast<uint64_t>(std::max<int64_t>(1, params::kShmCmaThreshold.get()));
+    createIncomingSegment();
+  }
+
+  ~ShmConnection() override {
+    // Tell a peer that is still waiting on us, so it fails fast instead of waiting for our pid.
+    if (in_.header != nullptr) in_.header->receiverClosed.store(1, std::memory_order_release);
+    if (out_.header != nullptr && outAttached_) out_.header->senderClosed.store(1, std::memory_order_release);
+  }
+
+  Ticket postSend(const void* data, size_t bytes) override {
+    if (bytes > 0 && data == nullptr) throwInvalidArgument(describe() + ": send of " + std::to_string(bytes) + " bytes from a null buffer");
+    sends_.push_back({static_cast<const unsigned char*>(data), bytes, 0, false, 0});
+    return ++sendsPosted_;
+  }
+
+  Ticket postRecv(const RecvAction& action, size_t bytes) override {
+    if (bytes > 0 && action.dst == nullptr) throwInvalidArgument(describe() + ": receive of " + std::to_string(bytes) + " bytes into a null buffer");
+    if (action.operand != nullptr) {
+      if (action.reduce == nullptr) throwInvalidArgument(describe() + ": receive with an operand but no reduce function");
+      // Fragments start at multiples of kAlign, so an element must never straddle two slots.
+      if (action.elementSize == 0 || kAlign % action.elementSize != 0 || bytes % action.elementSize != 0) {
+        throwInvalidArgument(describe() + ": reduce of " + std::to_string(bytes) + " bytes with " +
+                             std::to_string(action.elementSize) + "-byte elements (element size must divide 64 and the size)");
+      }
+    }
+    recvs_.push_back({action, bytes, 0});
+    return ++recvsPosted_;
+  }
+
+  void progress() override {
+    if (failure_) throw *failure_;
+    try {
+      advanceHandshake();
+      if (outEstablished_ && out_.header->receiverFailed.load(std::memory_order_acquire) != 0) {
+        char text[sizeof(out_.header->failureText)];
+        std::memcpy(text, out_.header->failureText, sizeof(text));
+        text[sizeof(text) - 1] = '\0';
+        throwRemoteError(peerName() + " failed on channel " + std::to_string(channel_) + ": " + text);
+      }
+      if (inEstablished_) receiveAvailable();
+      if (outEstablished_) sendAvailable();
+      checkPeerClosed();
+      checkPeerAlive();
+    } catch (const Error& e) {
+      failure_ = e;
+      throw;
+    }
+  }
+
+  Ticket sendsCompleted() const override { return sendsCompleted_; }
+  Ticket recvsCompleted() const override { return recvsCompleted_; }
+  int peer() const override { return peerRank_; }
+  const char* transportName() const override { return "shm"; }
+  std::string describe() const override { return "shm to rank " + std::to_string(peerRank_) + " (pid " + std::to_string(peerPid_) + ") channel " + std::to_string(channel_); }
+
+  ShmConnectionStats stats() const {
+    ShmConnectionStats s;
+    s.established = inEstablished_ && outEstablished_;
+    s.cmaReceive = inEstablished_ && in_.header->cmaThreshold != 0;
+    s.cmaSend = outEstablished_ && outCmaThreshold_ != 0;
+    s.fifoMessagesReceived = fifoMessagesReceived_;
+    s.cmaMessagesReceived = cmaMessagesReceived_;
+    return s;
+  }
+
+ private:
+  std::string peerName() const { return "shm peer rank " + std::to_string(peerRank_) + " (pid " + std::to_string(peerPid_) + ")"; }
+  std::string onChannel() const { return " on channel " + std::to_string(channel_); }
+
+  // Receiver side: create, size and initialise our incoming segment. Never waits for the peer.
+  void createIncomingSegment() {
+    const ShmFifoLayout layout = shmFifoLayout();
+    const SegmentGeometry g = geometryFor(layout.slotCount, layout.slotBytes);
+    const std::string name = shmSegmentName(commHash_, peerRank_, selfRank_, channel_);
+    const std::string what = "segment " + name + " for receives from rank " + std::to_string(peerRank_) + onChannel();
+    int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == EEXIST) {
+      removeStaleSegment(name, what);
+      fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    }
+    if (fd < 0) throwSystemError("shm transport: creating " + what);
+    UniqueFd owned(fd);
+    inName_.adopt(name);  // from here on, any failure removes it again
+    if (::ftruncate(fd, static_cast<off_t>(g.totalBytes)) != 0) throwSystemError("shm transport: sizing " + what);
+    // Reserve the pages now: a full /dev/shm must be an error here, not SIGBUS mid-transfer.
+    if (const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(g.totalBytes)); rc != 0 && rc != EOPNOTSUPP && rc != EINVAL) {
+      errno = rc;
+      throwSystemError("shm transport: reserving " + std::to_string(g.totalBytes) + " bytes for " + what + " (is /dev/shm full?)");
+    }
+    in_.bind(mapShared(fd, g.totalBytes, what), layout.slotCount, layout.slotBytes);
+    auto* header = new (in_.mapping.bytes()) SegmentHeader{};
+    in_.header = header;
+    header->magic = kSegmentMagic;
+    header->version = kLayoutVersion;
+    header->slotCount = static_cast<uint32_t>(layout.slotCount);
+    header->slotBytes = layout.slotBytes;
+    header->totalBytes = g.totalBytes;
+    header->commHash = commHash_;
+    header->receiverPid = selfPid_;
+    header->senderPid = peerPid_;
+    header->senderRank = peerRank_;
+    header->receiverRank = selfRank_;
+    header->channel = channel_;
+    header->state.store(kReady, std::memory_order_release);
+  }
+
+  // Only this rank ever creates this name, so an existing one is left over from a crashed run
+  // with the same commHash (NCCL_COMM_ID), unless this very process connected twice.
+  void removeStaleSegment(const std::string& name, const std::string& what) {
+    UniqueFd fd(::shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0));
+    struct stat st {};
+    if (fd.get() >= 0 && ::fstat(fd.get(), &st) == 0 && static_cast<size_t>(st.st_size) >= sizeof(SegmentHeader)) {
+      void* address = ::mmap(nullptr, sizeof(SegmentHeader), PROT_READ, MAP_SHARED, fd.get(), 0);
+      if (address != MAP_FAILED) {
+        const auto* header = static_cast<const SegmentHeader*>(address);
+        const bool ours = header->magic == kSegmentMagic && header->receiverPid == selfPid_;
+        ::munmap(address, sizeof(SegmentHeader));
+        if (ours) throwInvalidUsage("shm transport: rank " + std::to_string(selfRank_) + " connected twice to rank " +
+                                    std::to_string(peerRank_) + onChannel() + " (" + what + " exists)");
+      }
+    }
+    TOPOCCL_INFO(log::kShm, "shm: removing stale %s", name.c_str());
+    ::shm_unlink(name.c_str());
+  }
+
+  void advanceHandshake() {
+    if (!inEstablished_ && in_.header->state.load(std::memory_order_acquire) == kAttached) establishIncoming();
+    if (!outAttached_) tryAttachOutgoing();
+    if (outAttached_ && !outEstablished_ && out_.header->state.load(std::memory_order_acquire) == kEstablished) {
+      outCmaThreshold_ = out_.header->cmaThreshold;
+      outEstablished_ = true;
+      TOPOCCL_INFO(log::kShm, "shm: rank %d -> rank %d channel %d connected, %zu slots of %zu bytes, CMA %s", selfRank_,
+                   peerRank_, channel_, out_.slotCount, out_.slotBytes, outCmaThreshold_ ? "on" : "off");
+    }
+  }
+
+  // Receiver side, once the sender attached: decide whether CMA works, publish the decision.
+  void establishIncoming() {
+    SegmentHeader* header = in_.header;
+    uint64_t threshold = cmaThreshold_;
+    if (threshold != 0 && !probeCma(header->senderProbeAddress)) threshold = 0;
+    header->cmaThreshold = threshold;
+    header->state.store(kEstablished, std::memory_order_release);
+    inEstablished_ = true;
+    inName_.unlink();  // both sides have it mapped: nothing needs the name any more
+  }
+
+  bool probeCma(uint64_t remoteAddress) {
+    if (cmaUnsupportedByKernel.load(std::memory_order_relaxed)) return false;
+    uint64_t value = 0;
+    iovec local{&value, sizeof(value)};
+    iovec remote{reinterpret_cast<void*>(remoteAddress), sizeof(value)};
+    const ssize_t n = ::process_vm_readv(static_cast<pid_t>(peerPid_), &local, 1, &remote, 1, 0);
+    if (n == static_cast<ssize_t>(sizeof(value)) && value == kCmaProbeValue) return true;
+    const int error = n < 0 ? errno : 0;
+    if (error == ESRCH) throwRemoteError(peerName() + " exited during connect" + onChannel());
+    if (error == ENOSYS) cmaUnsupportedByKernel.store(true, std::memory_order_relaxed);
+    TOPOCCL_INFO(log::kShm, "shm: process_vm_readv from rank %d (pid %" PRId64 ") unavailable (%s); large messages use the FIFO",
+                 peerRank_, peerPid_, error ? std::strerror(error) : "probe mismatch");
+    return false;
+  }
+
+  // Sender side: the receiver creates the segment whenever it gets to connect(); keep trying.
+  void tryAttachOutgoing() {
+    UniqueFd fd(::shm_open(outName_.c_str(), O_RDWR | O_CLOEXEC, 0));
+    if (fd.get() < 0) {
+      if (errno == ENOENT) return;
+      throwSystemError("shm transport: opening segment " + outName_ + " for sends to rank " + std::to_string(peerRank_));
+    }
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) throwSystemError("shm transport: fstat of segment " + outName_);
+    const size_t size = static_cast<size_t>(st.st_size);
+    if (size < sizeof(SegmentHeader)) return;  // the receiver is still sizing it
+    SharedMapping mapping = mapShared(fd.get(), size, "segment " + outName_);
+    auto* header = std::launder(reinterpret_cast<SegmentHeader*>(mapping.bytes()));
+    if (header->state.load(std::memory_order_acquire) == kCreating) return;
+    // A leftover from an earlier run carries other pids; wait for the receiver to replace it.
+    if (header->magic != kSegmentMagic || header->receiverPid != peerPid_ || header->senderPid != selfPid_) return;
+    if (header->version != kLayoutVersion || header->commHash != commHash_ || header->senderRank != selfRank_ ||
+        header->receiverRank != peerRank_ || header->channel != channel_ || header->slotCount == 0 ||
+        header->slotBytes == 0 || header->totalBytes != size ||
+        geometryFor(header->slotCount, header->slotBytes).totalBytes != size) {
+      throwRemoteError("shm transport: segment " + outName_ + " from " + peerName() + " has an unexpected layout");
+    }
+    header->senderProbeAddress = reinterpret_cast<uint64_t>(&cmaProbe);
+    uint32_t expected = kReady;
+    if (!header->state.compare_exchange_strong(expected, kAttached, std::memory_order_acq_rel)) {
+      throwInvalidUsage("shm transport: rank " + std::to_string(selfRank_) + " connected twice to rank " +
+                        std::to_string(peerRank_) + onChannel());
+    }
+    out_.bind(std::move(mapping), header->slotCount, header->slotBytes);
+    outAttached_ = true;
+    ::shm_unlink(outName_.c_str());  // the receiver does this too; whoever is first wins
+  }
+
+  // Receiver: apply every slot that has arrived to the posted receives, in order.
+  void receiveAvailable() {
+    size_t budget = kCmaBytesPerProgress;
+    SegmentHeader* header = in_.header;
+    while (!recvs_.empty()) {
+      if (inTail_ == header->head.load(std::memory_order_acquire)) return;
+      const SlotDescriptor slot = in_.slotDescriptor(inTail_);
+      PendingRecv& recv = recvs_.front();
+      if (slot.messageBytes != recv.bytes) reportSizeMismatch(recv.bytes, slot.messageBytes);
+      if (slot.kind == kInlineFragment) {
+        if (slot.offset != recv.offset || slot.fragmentBytes > in_.slotBytes || slot.fragmentBytes > recv.bytes - recv.offset) {
+          throwRemoteError(peerName() + " sent a malformed fragment" + onChannel());
+        }
+        applyAt(recv, in_.slotPayload(inTail_), recv.offset, slot.fragmentBytes);  // reduce straight out of the slot
+        recv.offset += slot.fragmentBytes;
+        releaseIncomingSlot();
+        if (recv.offset == recv.bytes) {
+          ++fifoMessagesReceived_;
+          completeRecv();
+        }
+      } else if (slot.kind == kCmaDescriptor && header->cmaThreshold != 0) {
+        if (!pullWithCma(recv, slot.cmaAddress, budget)) return;
+        releaseIncomingSlot();  // this is the sender's acknowledgement: its buffer is free again
+        ++cmaMessagesReceived_;
+        completeRecv();
+      } else {
+        throwRemoteError(peerName() + " sent a malformed slot (kind " + std::to_string(slot.kind) + ")" + onChannel());
+      }
+    }
+  }
+
+  void releaseIncomingSlot() { in_.header->tail.store(++inTail_, std::memory_order_release); }
+
+  void completeRecv() {
+    recvs_.pop_front();
+    ++recvsCompleted_;
+  }
+
+  [[noreturn]] void reportSizeMismatch(size_t expected, size_t sent) {
+    const std::string what = "receive of " + std::to_string(expected) + " bytes matched a send of " + std::to_string(sent) + " bytes";
+    SegmentHeader* header = in_.header;
+    std::snprintf(header->failureText, sizeof(header->failureText), "rank %d: %s", selfRank_, what.c_str());
+    header->receiverFailed.store(1, std::memory_order_release);
+    throwRemoteError(peerName() + onChannel() + ": " + what);
+  }
+
+  static void applyAt(const PendingRecv& recv, const void* incoming, size_t offset, size_t bytes) {
+    if (bytes == 0) return;
+    auto* dst = static_cast<unsigned char*>(recv.action.dst) + offset;
+    if (recv.action.operand == nullptr) {
+      std::memcpy(dst, incoming, bytes);
+    } else {
+      const auto* operand = static_cast<const unsigned char*>(recv.action.operand) + offset;
+      recv.action.reduce(dst, incoming, operand, bytes / recv.action.elementSize);
+    }
+  }
+
+  // One copy: plain receives land in dst directly; reduces go through a bounded staging buffer.
+  // Resumable: returns false when this call's budget ran out before the message was done.
+  bool pullWithCma(PendingRecv& recv, uint64_t remoteAddress, size_t& budget) {
+    const bool reducing = recv.action.operand != nullptr;
+    while (recv.offset < recv.bytes) {
+      if (budget == 0) return false;
+      const size_t remaining = recv.bytes - recv.offset;
+      if (!reducing) {
+        const size_t piece = std::min(remaining, budget);
+        readRemote(static_cast<unsigned char*>(recv.action.dst) + recv.offset, remoteAddress + recv.offset, piece);
+        recv.offset += piece;
+        budget -= piece;
+      } else {
+        const size_t piece = std::min(remaining, kCmaStagingBytes);
+        if (staging_.size() < piece) staging_.resize(kCmaStagingBytes);
+        readRemote(staging_.data(), remoteAddress + recv.offset, piece);
+        applyAt(recv, staging_.data(), recv.offset, piece);
+        recv.offset += piece;
+        budget -= std::min(budget, piece);
+      }
+    }
+    return true;
+  }
+
+  void readRemote(void* into, uint64_t remoteAddress, size_t bytes) {
+    auto* cursor = static_cast<unsigned char*>(into);
+    while (bytes > 0) {
+      iovec local{cursor, bytes};
+      iovec remote{reinterpret_cast<void*>(remoteAddress), bytes};
+      const ssize_t n = ::process_vm_readv(static_cast<pid_t>(peerPid_), &local, 1, &remote, 1, 0);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == ESRCH) throwRemoteError(peerName() + " exited during receive" + onChannel());
+        if (errno == EFAULT) throwRemoteError(peerName() + " released a send buffer before the send completed" + onChannel());
+        throwSystemError("shm transport: process_vm_readv of " + std::to_string(bytes) + " bytes from " + peerName() + onChannel());
+      }
+      if (n == 0) throwRemoteError(peerName() + " send buffer became unreadable" + onChannel());
+      cursor += n;
+      remoteAddress += static_cast<uint64_t>(n);
+      bytes -= static_cast<size_t>(n);
+    }
+  }
+
+  // Sender: fill free slots with the queued sends in order, then retire what has completed.
+  void sendAvailable() {
+    SegmentHeader* header = out_.header;
+    uint64_t tail = header->tail.load(std::memory_order_acquire);
+    while (nextToPublish_ < sends_.size() && outHead_ - tail < out_.slotCount) {
+      PendingSend& send = sends_[nextToPublish_];
+      SlotDescriptor& slot = out_.slotDescriptor(outHead_);
+      if (outCmaThreshold_ != 0 && send.bytes >= outCmaThreshold_) {
+        slot = {send.bytes, 0, send.bytes, reinterpret_cast<uint64_t>(send.data), kCmaDescriptor, 0};
+        send.releasedAtTail = outHead_ + 1;
+        send.offset = send.bytes;
+      } else {
+        const size_t fragment = std::min(out_.slotBytes, send.bytes - send.offset);
+        if (fragment > 0) std::memcpy(out_.slotPayload(outHead_), send.data + send.offset, fragment);
+        slot = {send.bytes, send.offset, fragment, 0, kInlineFragment, 0};
+        send.offset += fragment;
+      }
+      header->head.store(++outHead_, std::memory_order_release);
+      if (send.offset == send.bytes) {
+        send.published = true;
+        ++nextToPublish_;
+      }
+    }
+    retireCompletedSends();
+  }
+
+  void retireCompletedSends() {
+    const uint64_t tail = out_.header->tail.load(std::memory_order_acquire);  // the receiver's CMA reads are done
+    while (!sends_.empty() && sends_.front().published && tail >= sends_.front().releasedAtTail) {
+      sends_.pop_front();
+      --nextToPublish_;
+      ++sendsCompleted_;
+    }
+  }
+
+  // The operation that is waiting on the peer, if any. A peer that finished its part and left
+  // is no error while nothing of ours depends on it.
+  const char* waitingOperation() const {
+    if (!recvs_.empty()) return inEstablished_ ? "receive" : "connect";
+    if (!sends_.empty()) return outEstablished_ ? "send" : "connect";
+    return nullptr;
+  }
+
+  void checkPeerClosed() {
+    if (!recvs_.empty() && inEstablished_ && in_.header->senderClosed.load(std::memory_order_acquire) != 0 &&
+        inTail_ == in_.header->head.load(std::memory_order_acquire)) {
+      throwRemoteError(peerName() + " closed the connection during receive" + onChannel());
+    }
+    if (!sends_.empty() && outAttached_ && out_.header->receiverClosed.load(std::memory_order_acquire) != 0) {
+      retireCompletedSends();  // it may have consumed the last of them just before closing
+      if (!sends_.empty()) throwRemoteError(peerName() + " closed the connection during " + waitingOperation() + onChannel());
+    }
+  }
+
+  // Only while we wait on the peer, at most every kLivenessInterval: the fast path makes no
+  // syscalls (steady_clock is served by the vDSO).
+  void checkPeerAlive() {
+    const char* operation = waitingOperation();
+    if (operation == nullptr) {
+      waiting_ = false;
+      return;
+    }
+    const auto now = Clock::now();
+    if (!waiting_) {
+      waiting_ = true;
+      lastLivenessCheck_ = now;
+    } else if (peerExited_) {
+      // Seen in an earlier call, so this call's passes already used the peer's final head and
+      // tail: whatever it published before exiting has been delivered, unless still queued.
+      const bool undelivered = !recvs_.empty() && inEstablished_ && inTail_ != in_.header->head.load(std::memory_order_acquire);
+      if (!undelivered) throwRemoteError(peerName() + " exited during " + operation + onChannel());
+    } else if (now - lastLivenessCheck_ >= kLivenessInterval) {
+      lastLivenessCheck_ = now;
+      peerExited_ = !processAlive(peerPid_);
+    }
+    const bool blockedOnHandshake = (!recvs_.empty() && !inEstablished_) || (!sends_.empty() && !outEstablished_);
+    if (blockedOnHandshake && connectDeadline_ && now > *connectDeadline_) {
+      throwRemoteError(peerName() + " did not complete the connection" + onChannel() + " within " +
+                       std::to_string(params::kTimeoutMs.get()) + " ms (" + params::kTimeoutMs.name() + ")");
+    }
+  }
+
+  const uint64_t commHash_;
+  const int selfRank_;
+  const int64_t selfPid_;
+  const int peerRank_;
+  const int64_t peerPid_;
+  const int channel_;
+  uint64_t cmaThreshold_ = 0;  // what we offer for our incoming direction
+  std::optional<Clock::time_point> connectDeadline_;
+
+  // Incoming direction: we created the segment and are its receiver.
+  SegmentName inName_;
+  SegmentView in_;
+  bool inEstablished_ = false;
+  uint64_t inTail_ = 0;
+  std::deque<PendingRecv> recvs_;
+  Ticket recvsPosted_ = 0;
+  Ticket recvsCompleted_ = 0;
+  std::vector<unsigned char> staging_;
+  uint64_t fifoMessagesReceived_ = 0;
+  uint64_t cmaMessagesReceived_ = 0;
+
+  // Outgoing direction: the peer created the segment; we are its sender.
+  std::string outName_;
+  SegmentView out_;
+  bool outAttached_ = false;
+  bool outEstablished_ = false;
+  uint64_t outCmaThreshold_ = 0;
+  uint64_t outHead_ = 0;
+  std::deque<PendingSend> sends_;
+  size_t nextToPublish_ = 0;  // sends_[0, nextToPublish_) are fully in the FIFO
+  Ticket sendsPosted_ = 0;
+  Ticket sendsCompleted_ = 0;
+
+  bool waiting_ = false;
+  bool peerExited_ = false;
+  Clock::time_point lastLivenessCheck_{};
+  std::optional<Error> failure_;  // once broken, every later progress() repeats the first error
+};
+
+class ShmTransport final : public Transport {
+ public:
+  ShmTransport(const CommIdentity& identity, const PeerInfo& self) : identity_(identity), self_(self) {}
+
+  const char* name() const override { return "shm"; }
+
+  bool canConnect(const PeerInfo& self, const PeerInfo& peer) const override {
+    return !params::kShmDisable.get() && self.hostId == peer.hostId && self.processToken != peer.processToken;
+  }
+
+  std::unique_ptr<Connection> connect(const PeerInfo& peer, int channel) override {
+    if (peer.rank < 0 || (identity_.nranks > 0 && peer.rank >= identity_.nranks) || peer.rank == identity_.rank) {
+      throwInvalidArgument("shm transport: cannot connect rank " + std::to_string(identity_.rank) + " to rank " +
+                           std::to_string(peer.rank) + " of " + std::to_string(identity_.nranks));
+    }
+    if (peer.pid <= 0) throwInvalidArgument("shm transport: rank " + std::to_string(peer.rank) + " has no pid");
+    if (channel < 0) throwInvalidArgument("shm transport: channel " + std::to_string(channel) + " is negative");
+    return std::make_unique<ShmConnection>(identity_, self_, peer, channel);
+  }
+
+ private:
+  CommIdentity identity_;
+  PeerInfo self_;
+};
+
+}  // namespace
+
+ShmFifoLayout shmFifoLayout() {
+  const int64_t buffSize = params::kBuffSize.get();
+  const int64_t slots = params::kShmSlots.get();
+  if (slots < 1 || slots > 4096) {
+    throwInvalidArgument(std::string(params::kShmSlots.name()) + "=" + std::to_string(slots) + " must be between 1 and 4096");
+  }
+  if (buffSize < 1) throwInvalidArgument(std::string(params::kBuffSize.name()) + "=" + std::to_string(buffSize) + " must be positive");
+  ShmFifoLayout layout;
+  layout.slotCount = static_cast<size_t>(slots);
+  layout.slotBytes = std::max(kAlign, static_cast<size_t>(buffSize) / layout.slotCount / kAlign * kAlign);
+  return layout;
+}
+
+std::string shmSegmentName(uint64_t commHash, int sender, int receiver, int channel) {
+  char name[96];
+  std::snprintf(name, sizeof(name), "/topoccl-%016" PRIx64 "-%d-%d-%d", commHash, sender, receiver, channel);
+  return name;
+}
+
+ShmConnectionStats shmConnectionStats(const Connection& connection) {
+  const auto* shm = dynamic_cast<const ShmConnection*>(&connection);
+  if (shm == nullptr) throwInvalidUsage(std::string("shmConnectionStats: ") + connection.describe() + " is not a shm connection");
+  return shm->stats();
+}
+
+std::unique_ptr<Transport> makeShmTransport(const CommIdentity& identity, const PeerInfo& self) {
+  return std::make_unique<ShmTransport>(identity, self);
+}
+
+}  // namespace topoccl::transport

@@ -1,0 +1,40 @@
+// The shm transport: ranks that are processes of one host. Each direction of a connection is a
+// FIFO of slots in a POSIX shared-memory segment that the receiver creates; large messages move
+// with one copy through cross-memory attach (process_vm_readv) when the kernel permits it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "transport/transport.hpp"
+
+namespace topoccl::transport {
+
+// One per rank. canConnect: same hostId, different processToken (and NCCL_SHM_DISABLE unset).
+std::unique_ptr<Transport> makeShmTransport(const CommIdentity& identity, const PeerInfo& self);
+
+// FIFO geometry a receiver creates now, from NCCL_BUFFSIZE and TOPOCCL_SHM_SLOTS. The sender
+// adopts whatever the receiver created, so the two sides never have to agree on settings.
+struct ShmFifoLayout {
+  size_t slotBytes = 0;  // payload bytes per slot, a multiple of 64
+  size_t slotCount = 0;
+};
+ShmFifoLayout shmFifoLayout();
+
+// Name of the segment carrying sender -> receiver on `channel` (for diagnostics and tests).
+std::string shmSegmentName(uint64_t commHash, int sender, int receiver, int channel);
+
+// What a shm connection has done so far; for tests and debugging. Throws invalid usage when
+// `connection` is not a shm connection.
+struct ShmConnectionStats {
+  bool established = false;      // both directions finished their handshake
+  bool cmaReceive = false;       // large incoming messages are read with process_vm_readv
+  bool cmaSend = false;          // the peer reads our large messages with process_vm_readv
+  uint64_t fifoMessagesReceived = 0;
+  uint64_t cmaMessagesReceived = 0;
+};
+ShmConnectionStats shmConnectionStats(const Connection& connection);
+
+}  // namespace topoccl::transport

@@ -1,0 +1,295 @@
+#include <catch2/catch.hpp>
+
+#include <random>
+#include <vector>
+
+#include "algorithms/generators.hpp"
+#include "algorithms/validator.hpp"
+#include "common/error.hpp"
+#include "reference_executor.hpp"
+
+using namespace topoccl;
+using namespace topoccl::algo;
+
+namespace {
+
+constexpr Collective kAllCollectives[] = {Collective::AllReduce, Collective::AllGather, Collective::ReduceScatter,
+                                          Collective::Broadcast, Collective::Reduce,    Collective::AllToAll,
+                                          Collective::Gather,    Collective::Scatter};
+constexpr Algorithm kAllAlgorithms[] = {Algorithm::Ring, Algorithm::RecursiveDoubling, Algorithm::Tree,
+                                        Algorithm::Direct};
+constexpr int kRankCounts[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16};
+
+bool rooted(Collective c) {
+  return c == Collective::Broadcast || c == Collective::Reduce || c == Collective::Gather || c == Collective::Scatter;
+}
+
+std::vector<int> rootsFor(Collective c, int n) {
+  std::vector<int> roots;
+  if (!rooted(c)) return {0};
+  for (int r = 0; r < n; ++r) roots.push_back(r);
+  return roots;
+}
+
+std::string describe(Algorithm a, Collective c, int n, int root, int nch, const char* placement) {
+  return std::string(algorithmName(a)) + " " + collectiveName(c) + " n=" + std::to_string(n) +
+         " root=" + std::to_string(root) + " nchannels=" + std::to_string(nch) + " placement=" + placement;
+}
+
+// Validates, then runs in every layout the plan claims, for a few block sizes (including ones
+// smaller than chunksPerBlock, so some chunks are empty).
+size_t numericRuns = 0;
+
+void proveAndRun(const Plan& plan, const std::string& what, uint64_t seed) {
+  const ValidationReport report = validate(plan);
+  if (!report.ok()) FAIL_CHECK(what << ": validation failed:\n" << report.text());
+  for (size_t count : {size_t{1}, size_t{13}, size_t{64}}) {
+    for (bool inPlace : {false, true}) {
+      if (inPlace ? !plan.inPlace : !plan.outOfPlace) continue;
+      ++numericRuns;
+      const std::string error = testing::runAndCheck(plan, {count, inPlace, seed + count});
+      if (!error.empty()) {
+        FAIL_CHECK(what << " count=" << count << (inPlace ? " in place" : " out of place") << ": " << error);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("every generator and collective validates and computes the right numbers") {
+  size_t plans = 0;
+  numericRuns = 0;
+  for (Algorithm a : kAllAlgorithms) {
+    for (Collective c : kAllCollectives) {
+      if (!algorithmSupports(a, c)) continue;
+      for (int n : kRankCounts) {
+        for (int root : rootsFor(c, n)) {
+          for (int nch = 1; nch <= 3; ++nch) {
+            const Plan plan = makePlan(a, c, n, root, nch);
+            CHECK(plan.inPlace);
+            CHECK(plan.outOfPlace);
+            proveAndRun(plan, describe(a, c, n, root, nch, "any"), static_cast<uint64_t>(n * 131 + root * 7 + nch));
+            ++plans;
+          }
+        }
+      }
+    }
+  }
+  CHECK(plans > 1000);
+  CHECK(numericRuns == plans * 6);  // 3 counts x both layouts
+}
+
+TEST_CASE("the reference executor itself catches wrong results, modified inputs and deadlocks") {
+  Plan plan;
+  plan.name = "hand-written";
+  plan.collective = Collective::AllReduce;
+  plan.nranks = 2;
+  plan.inputChunks = plan.outputChunks = 1;
+  plan.ranks.resize(2);
+  const ChunkRange in{BufferId::Input, 0, 1};
+  const ChunkRange out{BufferId::Output, 0, 1};
+  plan.ranks[0].lanes.push_back({1, 1, 0, {{StepKind::Send, in, {}, {}}, {StepKind::Recv, {}, out, {}}}});
+  plan.ranks[1].lanes.push_back({0, 0, 0, {{StepKind::RecvReduceCopySend, in, out, {}}}});
+  CHECK(testing::runAndCheck(plan, {5, false, 1}).empty());
+  CHECK(testing::runAndCheck(plan, {5, true, 1}).empty());
+
+  Plan noReduction = plan;
+  noReduction.ranks[1].lanes[0].steps[0].kind = StepKind::RecvCopySend;
+  CHECK(testing::runAndCheck(noReduction, {5, false, 1}).find("rank 0 output element 0: got") == 0);
+
+  Plan writesInput = plan;
+  writesInput.ranks[1].lanes[0].steps.push_back({StepKind::Copy, out, in, {}});
+  CHECK(testing::runAndCheck(writesInput, {5, false, 1}) == "rank 1 input was modified");
+
+  Plan stuck = plan;
+  std::swap(stuck.ranks[0].lanes[0].steps[0], stuck.ranks[0].lanes[0].steps[1]);
+  stuck.ranks[1].lanes[0].steps[0].kind = StepKind::RecvReduceCopy;
+  stuck.ranks[1].lanes[0].steps.push_back({StepKind::Send, out, {}, {}});
+  CHECK(testing::runAndCheck(stuck, {5, false, 1}).find("deadlock") == 0);
+
+  // In place, overwriting the input before the peer received it must wait: the executor honours it.
+  Plan exchange = plan;
+  exchange.ranks[1].lanes[0].steps = {{StepKind::Send, in, {}, {}}, {StepKind::RecvReduceCopy, in, out, {}}};
+  exchange.ranks[0].lanes[0].steps = {{StepKind::Send, in, {}, {}}, {StepKind::RecvReduceCopy, in, out, {}}};
+  CHECK(testing::runAndCheck(exchange, {5, false, 1}).empty());
+  CHECK(testing::runAndCheck(exchange, {5, true, 1}).find("deadlock") == 0);
+}
+
+TEST_CASE("in-place-only and out-of-place-only variants are valid for what they claim, and only that") {
+  for (Algorithm a : kAllAlgorithms) {
+    for (Collective c : kAllCollectives) {
+      if (!algorithmSupports(a, c)) continue;
+      for (int n : {1, 2, 3, 5, 8}) {
+        for (int root : rootsFor(c, n)) {
+          for (Placement placement : {Placement::InPlace, Placement::OutOfPlace}) {
+            const bool wantInPlace = placement == Placement::InPlace;
+            const Plan plan = makePlan(a, c, n, root, 2, placement);
+            const std::string what = describe(a, c, n, root, 2, wantInPlace ? "in-place" : "out-of-place");
+            CHECK((wantInPlace ? plan.inPlace : plan.outOfPlace));
+            proveAndRun(plan, what, static_cast<uint64_t>(n + root));
+            // Honest flags: a layout the plan does not claim really fails.
+            for (bool layoutInPlace : {false, true}) {
+              if (layoutInPlace ? plan.inPlace : plan.outOfPlace) continue;
+              Plan forced = plan;
+              forced.inPlace = layoutInPlace;
+              forced.outOfPlace = !layoutInPlace;
+              if (validate(forced).ok()) FAIL_CHECK(what << ": claims not to be valid but is");
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("plan shapes: chunks per block, lanes and channels") {
+  const Plan ring = ringPlan(Collective::AllReduce, 4, 0, 3);
+  CHECK(ring.chunksPerBlock == 12);
+  CHECK(ring.inputChunks == 12);
+  CHECK(ring.outputChunks == 12);
+  for (const auto& rank : ring.ranks) {
+    REQUIRE(rank.lanes.size() == 3);
+    for (int ch = 0; ch < 3; ++ch) {
+      CHECK(rank.lanes[static_cast<size_t>(ch)].channel == ch);
+      CHECK(rank.lanes[static_cast<size_t>(ch)].steps.size() == 2 * 4 - 1);  // s, 2 rrs, rrcs, 2 rcs, r
+    }
+  }
+  // Odd channels run the ring the other way round.
+  CHECK(ring.ranks[0].lanes[0].sendPeer == 1);
+  CHECK(ring.ranks[0].lanes[1].sendPeer == 3);
+
+  const Plan gather = ringPlan(Collective::AllGather, 5, 0, 2);
+  CHECK(gather.chunksPerBlock == 2);
+  CHECK(gather.outputChunks == 10);
+  CHECK(gather.inputChunks == 2);
+
+  const Plan rd = recursiveDoublingPlan(Collective::AllReduce, 8, 0, 1);
+  CHECK(rd.ranks[0].lanes.size() == 3);  // log2(8) exchange rounds
+  const Plan rd6 = recursiveDoublingPlan(Collective::AllReduce, 6, 0, 1);
+  CHECK(rd6.ranks[0].lanes.size() == 3);  // fold lane + 2 rounds
+  CHECK(rd6.ranks[5].lanes.size() == 1);  // extra rank: send, then receive the result
+
+  const Plan single = ringPlan(Collective::AllReduce, 1, 0, 2, Placement::InPlace);
+  CHECK(single.ranks.size() == 1);
+  CHECK(single.ranks[0].lanes.empty());
+  const Plan singleCopy = directPlan(Collective::Gather, 1, 0, 1);
+  REQUIRE(singleCopy.ranks[0].lanes.size() == 1);
+  CHECK(singleCopy.ranks[0].lanes[0].steps[0].kind == StepKind::Copy);
+}
+
+TEST_CASE("generators reject bad arguments with ncclInvalidArgument") {
+  const auto code = [](auto&& make) {
+    try {
+      make();
+    } catch (const Error& e) {
+      return e.code();
+    }
+    return ncclSuccess;
+  };
+  CHECK(code([] { ringPlan(Collective::AllToAll, 4, 0, 1); }) == ncclInvalidArgument);
+  CHECK(code([] { ringPlan(Collective::AllReduce, 0, 0, 1); }) == ncclInvalidArgument);
+  CHECK(code([] { treePlan(Collective::Broadcast, 4, 4, 1); }) == ncclInvalidArgument);
+  CHECK(code([] { treePlan(Collective::Broadcast, 4, -1, 1); }) == ncclInvalidArgument);
+  CHECK(code([] { ringPlan(Collective::AllReduce, 4, 0, 0); }) == ncclInvalidArgument);
+  CHECK(code([] { ringPlan(Collective::AllReduce, 4, 0, kMaxChannels + 1); }) == ncclInvalidArgument);
+  CHECK(code([] { makePlan("butterfly", Collective::AllReduce, 4, 0, 1); }) == ncclInvalidArgument);
+  CHECK(code([] { makePlan("direct", Collective::AllReduce, 4, 0, 1); }) == ncclInvalidArgument);
+  // Non-rooted collectives ignore the root.
+  CHECK(code([] { ringPlan(Collective::AllReduce, 4, 99, 1); }) == ncclSuccess);
+}
+
+TEST_CASE("makePlan accepts our names case-insensitively") {
+  CHECK(makePlan("RD", Collective::AllReduce, 5, 0, 1).name == "recursive_doubling");
+  CHECK(makePlan("Recursive_Doubling", Collective::AllReduce, 5, 0, 1).name == "recursive_doubling");
+  CHECK(makePlan("Ring", Collective::Broadcast, 5, 3, 2).name == "ring");
+  CHECK(makePlan("tree", Collective::Reduce, 5, 3, 1).root == 3);
+  CHECK(makePlan("direct", Collective::AllToAll, 5, 0, 1).root == -1);
+}
+
+TEST_CASE("chunkElements splits blocks exactly, even for huge counts") {
+  Plan plan;
+  plan.chunksPerBlock = 7;
+  for (size_t count : {size_t{0}, size_t{3}, size_t{7}, size_t{100}, (size_t{1} << 40) + 5}) {
+    size_t expectedBegin = 0;
+    for (uint32_t chunk = 0; chunk < 14; ++chunk) {
+      const ElementRange e = chunkElements(plan, count, chunk);
+      CHECK(e.begin == expectedBegin);
+      CHECK(e.end >= e.begin);
+      expectedBegin = e.end;
+    }
+    CHECK(expectedBegin == 2 * count);
+  }
+  const ElementRange mid = chunkElements(plan, (size_t{1} << 40) + 5, 3);
+  CHECK(mid.begin == (((uint64_t{1} << 40) + 5) * 3) / 7);
+}
+
+TEST_CASE("mutated plans: whatever the validator accepts computes the right numbers") {
+  std::mt19937_64 rng(2024);
+  const auto pick = [&](size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng); };
+  size_t mutants = 0;
+  size_t rejected = 0;
+  for (Algorithm a : kAllAlgorithms) {
+    for (Collective c : kAllCollectives) {
+      if (!algorithmSupports(a, c)) continue;
+      for (int n : {2, 3, 4, 5}) {
+        const Plan original = makePlan(a, c, n, n - 1, 2);
+        for (int trial = 0; trial < 40; ++trial) {
+          Plan plan = original;
+          auto& lanes = plan.ranks[pick(static_cast<size_t>(n))].lanes;
+          if (lanes.empty()) continue;
+          Lane& lane = lanes[pick(lanes.size())];
+          if (lane.steps.empty()) continue;
+          const size_t s = pick(lane.steps.size());
+          Step& step = lane.steps[s];
+          // Only mutations that change what the plan does count.
+          switch (pick(6)) {
+            case 0:
+              if (!stepReads(step.kind)) continue;
+              step.src.offset ^= 1;
+              break;
+            case 1:
+              if (!stepWrites(step.kind)) continue;
+              step.dst.offset ^= 1;
+              break;
+            case 2:
+              if (step.deps.empty()) continue;
+              step.deps.clear();
+              break;
+            case 3: lane.steps.erase(lane.steps.begin() + static_cast<long>(s)); break;
+            case 4:
+              if (s + 1 >= lane.steps.size()) continue;
+              std::swap(lane.steps[s], lane.steps[s + 1]);
+              break;
+            case 5: {
+              constexpr StepKind kinds[] = {StepKind::Send, StepKind::Recv, StepKind::RecvReduceSend,
+                                            StepKind::RecvReduceCopy, StepKind::RecvCopySend,
+                                            StepKind::RecvReduceCopySend, StepKind::Copy, StepKind::Reduce};
+              const StepKind kind = kinds[pick(8)];
+              if (kind == step.kind) continue;
+              step.kind = kind;
+              break;
+            }
+          }
+          ++mutants;
+          if (!validate(plan).ok()) {
+            ++rejected;
+            continue;
+          }
+          for (bool inPlace : {false, true}) {
+            if (inPlace ? !plan.inPlace : !plan.outOfPlace) continue;
+            for (uint64_t seed : {1, 2, 3}) {
+              const std::string error = testing::runAndCheck(plan, {5, inPlace, seed});
+              if (!error.empty()) {
+                FAIL_CHECK(describe(a, c, n, n - 1, 2, inPlace ? "in place" : "out of place")
+                           << " mutant " << trial << " passed validation but computes wrongly: " << error);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  INFO(rejected << " of " << mutants << " mutants rejected");
+  CHECK(rejected * 10 > mutants * 7);
+}

@@ -1,0 +1,170 @@
+#include <catch2/catch.hpp>
+
+#include "algorithms/selection.hpp"
+#include "algorithms/validator.hpp"
+#include "common/config.hpp"
+#include "common/error.hpp"
+
+using namespace topoccl;
+using namespace topoccl::algo;
+
+namespace {
+
+constexpr uint64_t kSmall = 1 << 10;
+constexpr uint64_t kLarge = 64 << 20;
+
+SelectionTable withAlgo(const std::string& text) {
+  SelectionTable table = SelectionTable::defaults();
+  table.setFilter(AlgorithmFilter::parse(text));
+  return table;
+}
+
+// The error's message when parsing `text` fails, or "" when it does not.
+std::string parseError(const std::string& text) {
+  try {
+    (void)AlgorithmFilter::parse(text);
+  } catch (const Error& e) {
+    CHECK(e.code() == ncclInvalidArgument);
+    return e.what();
+  }
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("the default table: latency algorithms for small messages, ring for large, direct for personalized") {
+  const SelectionTable t = SelectionTable::defaults();
+  CHECK(t.choose(Collective::AllReduce, kSmall, 8) == Algorithm::RecursiveDoubling);
+  CHECK(t.choose(Collective::AllReduce, kRecursiveDoublingMaxBytes - 1, 8) == Algorithm::RecursiveDoubling);
+  CHECK(t.choose(Collective::AllReduce, kRecursiveDoublingMaxBytes, 8) == Algorithm::Ring);
+  CHECK(t.choose(Collective::AllReduce, kLarge, 8) == Algorithm::Ring);
+  CHECK(t.choose(Collective::Broadcast, kSmall, 8) == Algorithm::Tree);
+  CHECK(t.choose(Collective::Broadcast, kLarge, 8) == Algorithm::Ring);
+  CHECK(t.choose(Collective::Reduce, kTreeMaxBytes - 1, 8) == Algorithm::Tree);
+  CHECK(t.choose(Collective::Reduce, kTreeMaxBytes, 8) == Algorithm::Ring);
+  CHECK(t.choose(Collective::AllGather, kSmall, 8) == Algorithm::Direct);
+  CHECK(t.choose(Collective::AllGather, kLarge, 8) == Algorithm::Ring);
+  CHECK(t.choose(Collective::ReduceScatter, kLarge, 8) == Algorithm::Ring);
+  CHECK(t.choose(Collective::AllToAll, kLarge, 8) == Algorithm::Direct);
+  CHECK(t.choose(Collective::Gather, kSmall, 8) == Algorithm::Direct);
+  CHECK(t.choose(Collective::Scatter, kLarge, 8) == Algorithm::Direct);
+  CHECK_THROWS_AS(t.choose(Collective::AllReduce, kSmall, 0), Error);
+}
+
+TEST_CASE("every choice of the default table makes a valid plan") {
+  const SelectionTable t = SelectionTable::defaults();
+  for (Collective c : {Collective::AllReduce, Collective::AllGather, Collective::ReduceScatter, Collective::Broadcast,
+                       Collective::Reduce, Collective::AllToAll, Collective::Gather, Collective::Scatter}) {
+    for (uint64_t bytes : {uint64_t{0}, kSmall, kLarge, UINT64_MAX - 1}) {
+      for (int n : {1, 3, 8}) {
+        const Algorithm a = t.choose(c, bytes, n);
+        const ValidationReport report = validate(makePlan(a, c, n, n - 1, 2));
+        INFO(collectiveName(c) << " " << bytes << " bytes on " << n << " ranks -> " << algorithmName(a));
+        CHECK(report.ok());
+      }
+    }
+  }
+}
+
+TEST_CASE("NCCL_ALGO: one list applies wherever it leaves an algorithm") {
+  const SelectionTable ring = withAlgo("ring");
+  CHECK(ring.choose(Collective::AllReduce, kSmall, 8) == Algorithm::Ring);
+  CHECK(ring.choose(Collective::Broadcast, kSmall, 8) == Algorithm::Ring);
+  CHECK(ring.choose(Collective::AllGather, kSmall, 8) == Algorithm::Ring);
+  CHECK(ring.choose(Collective::AllToAll, kSmall, 8) == Algorithm::Direct);  // NCCL ignores it there too
+
+  const SelectionTable upper = withAlgo("  RING ");
+  CHECK(upper.choose(Collective::AllReduce, kSmall, 8) == Algorithm::Ring);
+
+  const SelectionTable tree = withAlgo("Tree");  // NCCL's Tree = our tree and recursive doubling
+  CHECK(tree.choose(Collective::AllReduce, kLarge, 8) == Algorithm::RecursiveDoubling);
+  CHECK(tree.choose(Collective::Reduce, kLarge, 8) == Algorithm::Tree);
+  CHECK(tree.choose(Collective::AllGather, kLarge, 8) == Algorithm::Ring);  // no tree AllGather: unrestricted
+
+  const SelectionTable ncclOnly = withAlgo("NVLS,CollNetDirect");
+  CHECK(ncclOnly.choose(Collective::AllReduce, kLarge, 8) == Algorithm::Ring);
+  CHECK_FALSE(ncclOnly.filter().restricts(Collective::AllReduce));
+  const SelectionTable mixed = withAlgo("nvls,ring");
+  CHECK(mixed.choose(Collective::AllReduce, kSmall, 8) == Algorithm::Ring);
+}
+
+TEST_CASE("NCCL_ALGO: exclusion and lists") {
+  const SelectionTable noRing = withAlgo("^ring");
+  CHECK(noRing.choose(Collective::AllReduce, kLarge, 8) == Algorithm::RecursiveDoubling);
+  CHECK(noRing.choose(Collective::AllGather, kLarge, 8) == Algorithm::Direct);
+  CHECK(noRing.choose(Collective::Broadcast, kLarge, 8) == Algorithm::Tree);
+  CHECK(noRing.choose(Collective::AllToAll, kLarge, 8) == Algorithm::Direct);
+
+  const SelectionTable list = withAlgo("ring,tree");
+  CHECK(list.choose(Collective::AllReduce, kSmall, 8) == Algorithm::RecursiveDoubling);
+  CHECK(list.choose(Collective::AllGather, kSmall, 8) == Algorithm::Ring);
+  CHECK(list.filter().allows(Collective::Broadcast, Algorithm::Tree));
+  CHECK_FALSE(list.filter().allows(Collective::AllGather, Algorithm::Direct));
+
+  const SelectionTable noDirect = withAlgo("^direct");
+  CHECK(noDirect.choose(Collective::Gather, kSmall, 8) == Algorithm::Direct);  // nothing else implements it
+}
+
+TEST_CASE("NCCL_ALGO: per-collective lists override the global one") {
+  const SelectionTable t = withAlgo("allreduce:ring;broadcast:tree");
+  CHECK(t.choose(Collective::AllReduce, kSmall, 8) == Algorithm::Ring);
+  CHECK(t.choose(Collective::Broadcast, kLarge, 8) == Algorithm::Tree);
+  CHECK(t.choose(Collective::AllGather, kSmall, 8) == Algorithm::Direct);
+  CHECK(t.choose(Collective::Reduce, kLarge, 8) == Algorithm::Ring);
+
+  const SelectionTable both = withAlgo("tree; AllReduce:^rd");
+  CHECK(both.choose(Collective::AllReduce, kSmall, 8) == Algorithm::Ring);
+  CHECK(both.choose(Collective::Broadcast, kLarge, 8) == Algorithm::Tree);
+
+  const SelectionTable ours = withAlgo("allreduce:recursive_doubling;alltoall:direct");
+  CHECK(ours.choose(Collective::AllReduce, kLarge, 8) == Algorithm::RecursiveDoubling);
+}
+
+TEST_CASE("NCCL_ALGO: malformed values name the bad token") {
+  CHECK(parseError("ring,butterfly").find("'butterfly'") != std::string::npos);
+  CHECK(parseError("allreduce:hypercube").find("'hypercube'") != std::string::npos);
+  CHECK(parseError("allgatherv:ring").find("unknown collective 'allgatherv'") != std::string::npos);
+  CHECK(parseError("alltoall:ring").find("leaves alltoall no algorithm") != std::string::npos);
+  CHECK(parseError("allreduce:^ring,tree").find("leaves allreduce no algorithm") != std::string::npos);
+  CHECK(parseError("ring;tree").find("more than one list") != std::string::npos);
+  CHECK(parseError("^").find("empty") != std::string::npos);
+  CHECK(parseError("allreduce:").find("empty") != std::string::npos);
+  CHECK(parseError("ring,butterfly").find("NCCL_ALGO") != std::string::npos);
+  CHECK(parseError("").empty());
+  CHECK(parseError(" ; ").empty());
+}
+
+TEST_CASE("fromConfig reads NCCL_ALGO through the config registry") {
+  config::clearOverrides();
+  config::setOverride("NCCL_ALGO", "allreduce:ring");
+  CHECK(SelectionTable::fromConfig().choose(Collective::AllReduce, kSmall, 4) == Algorithm::Ring);
+  config::setOverride("NCCL_ALGO", "");
+  CHECK(SelectionTable::fromConfig().choose(Collective::AllReduce, kSmall, 4) == Algorithm::RecursiveDoubling);
+  config::setOverride("NCCL_ALGO", "sideways");
+  CHECK_THROWS_AS(SelectionTable::fromConfig(), Error);
+  config::clearOverrides();
+}
+
+TEST_CASE("describe prints the table and the filter") {
+  const std::string plain = SelectionTable::defaults().describe();
+  INFO(plain);
+  CHECK(plain.find("allreduce      any       [0 B, 64 KiB)           recursive_doubling") != std::string::npos);
+  CHECK(plain.find("[64 KiB, inf)") != std::string::npos);
+  CHECK(plain.find("alltoall") != std::string::npos);
+  CHECK(plain.find("NCCL_ALGO") == std::string::npos);
+
+  const std::string filtered = withAlgo("allreduce:ring").describe();
+  INFO(filtered);
+  CHECK(filtered.find("recursive_doubling (excluded by NCCL_ALGO)") != std::string::npos);
+  CHECK(filtered.find("NCCL_ALGO='allreduce:ring' allows:") != std::string::npos);
+}
+
+TEST_CASE("extra rows with a rank range take precedence when listed first") {
+  SelectionTable t;
+  t.addRow({Collective::AllReduce, 2, 2, 0, UINT64_MAX, Algorithm::RecursiveDoubling});
+  const SelectionTable defaults = SelectionTable::defaults();
+  for (const SelectionRow& row : defaults.rows()) t.addRow(row);
+  CHECK(t.choose(Collective::AllReduce, kLarge, 2) == Algorithm::RecursiveDoubling);
+  CHECK(t.choose(Collective::AllReduce, kLarge, 3) == Algorithm::Ring);
+  CHECK(t.describe().find("2..2") != std::string::npos);
+}

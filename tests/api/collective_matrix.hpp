@@ -1,0 +1,21 @@
+// The collective correctness matrix, run on one rank: every collective x datatype x op x
+// in-place/out-of-place x size, each result checked against a reference computed in double (or
+// exact integer arithmetic) from inputs every rank can regenerate from the shared seed.
+#pragma once
+
+#include <cstdint>
+
+#include "nccl.h"
+
+namespace topoccl::test {
+
+struct MatrixOptions {
+  uint64_t seed = 0;
+  bool allTypesAndOps = true;  // false: a representative subset (keeps process modes quick)
+  bool largeSizes = true;      // add a ~3 MiB prime-sized case per collective
+};
+
+// Returns the number of failed checks (0 = all good); prints each failure with its parameters.
+int runCollectiveMatrix(int rank, int nranks, ncclComm_t comm, const MatrixOptions& options);
+
+}  // namespace topoccl::test

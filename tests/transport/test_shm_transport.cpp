@@ -1,0 +1,555 @@
+// The shm transport between forked processes. Rank 0 is the test process, rank 1 a child that
+// runs its side of the exchange and reports through its exit status and a pipe; the child always
+// leaves with _exit so it never returns into Catch.
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "common/config.hpp"
+#include "common/error.hpp"
+#include "kernels/host_reduce.hpp"
+#include "transport/shm/shm_transport.hpp"
+
+using namespace topoccl;
+using namespace topoccl::transport;
+using namespace std::chrono_literals;
+
+namespace {
+
+uint64_t freshCommHash() {
+  static std::atomic<uint64_t> counter{0};
+  return (uint64_t(std::random_device{}()) << 20) ^ (++counter << 52) ^ uint64_t(::getpid());
+}
+
+PeerInfo processPeer(int rank, pid_t pid) {
+  PeerInfo info;
+  info.rank = rank;
+  info.hostId = "test-host";
+  info.pid = pid;
+  info.processToken = 1000 + uint64_t(rank);
+  return info;
+}
+
+std::vector<unsigned char> randomBytes(size_t bytes, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<unsigned char> data(bytes);
+  size_t i = 0;
+  for (; i + 8 <= bytes; i += 8) {
+    const uint64_t v = rng();
+    std::memcpy(&data[i], &v, 8);
+  }
+  for (; i < bytes; ++i) data[i] = static_cast<unsigned char>(rng());
+  return data;
+}
+
+std::vector<float> randomFloats(size_t count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-100.0f, 100.0f);
+  std::vector<float> data(count);
+  for (auto& v : data) v = dist(rng);
+  return data;
+}
+
+// Polls until `done` holds; a stuck transfer fails instead of hanging the suite.
+void pollUntil(const std::vector<Connection*>& connections, const std::function<bool()>& done,
+               std::chrono::seconds limit = 60s) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    for (Connection* c : connections) c->progress();
+    if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("timed out waiting for the transfer");
+  }
+}
+
+void childCheck(bool condition, const std::string& what) {
+  if (!condition) throw std::runtime_error(what);
+}
+
+struct Child {
+  pid_t pid = -1;
+  int reportFd = -1;  // the child's failure text, if any
+};
+
+// Forks rank 1. `body(self, peer)` runs in the child; returning means success, throwing means
+// failure with the exception's text.
+Child startChild(const std::function<void(const PeerInfo& self, const PeerInfo& peer)>& body) {
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::close(fds[0]);
+    int status = 0;
+    std::string why;
+    try {
+      body(processPeer(1, ::getpid()), processPeer(0, parent));
+    } catch (const std::exception& e) {
+      why = e.what();
+      status = 1;
+    } catch (...) {
+      why = "unknown exception";
+      status = 1;
+    }
+    if (!why.empty()) (void)!::write(fds[1], why.data(), why.size());
+    ::_exit(status);
+  }
+  ::close(fds[1]);
+  return {pid, fds[0]};
+}
+
+// Reaps the child (killing it if it overstays) and returns what it reported: "" on success.
+std::string finishChild(const Child& child, std::chrono::seconds limit = 120s) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  int status = 0;
+  while (::waitpid(child.pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(child.pid, SIGKILL);
+      ::waitpid(child.pid, &status, 0);
+      ::close(child.reportFd);
+      return "child did not finish in time";
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  std::string report;
+  char buffer[512];
+  ssize_t n;
+  while ((n = ::read(child.reportFd, buffer, sizeof(buffer))) > 0) report.append(buffer, size_t(n));
+  ::close(child.reportFd);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
+  if (report.empty()) report = WIFSIGNALED(status) ? "child killed by signal " + std::to_string(WTERMSIG(status)) : "child failed";
+  return report;
+}
+
+std::vector<std::string> leftoverSegments(uint64_t hash) {
+  const std::string prefix = shmSegmentName(hash, 0, 0, 0).substr(1, 8 + 1 + 16);  // "topoccl-<hash>"
+  std::vector<std::string> found;
+  if (DIR* dir = ::opendir("/dev/shm")) {
+    while (const dirent* entry = ::readdir(dir))
+      if (std::string(entry->d_name).rfind(prefix, 0) == 0) found.push_back(entry->d_name);
+    ::closedir(dir);
+  }
+  return found;
+}
+
+// Settings that shape the tests: a small FIFO (4 slots of 4 KiB) so that messages larger than
+// the FIFO stay below the CMA threshold, and a quick handshake timeout is not used by default.
+struct SmallFifo {
+  explicit SmallFifo(bool cmaDisabled) {
+    config::clearOverrides();
+    config::setOverride("NCCL_BUFFSIZE", "16384");
+    config::setOverride("TOPOCCL_SHM_SLOTS", "4");
+    config::setOverride("TOPOCCL_CMA_DISABLE", cmaDisabled ? "1" : "0");
+  }
+  ~SmallFifo() { config::clearOverrides(); }
+};
+
+constexpr size_t kSlot = 4096;
+constexpr size_t kFifo = 4 * kSlot;
+constexpr size_t kCmaThreshold = 65536;  // params default
+
+std::vector<size_t> awkwardSizes() {
+  return {0,         1,         7,          13,       127,      4093 /* prime */, kSlot - 1, kSlot,
+          kSlot + 1, kFifo - 1, kFifo,      kFifo + 1, 3 * kFifo + 17, 65521 /* prime */, kCmaThreshold,
+          kCmaThreshold + 1,    5 * 1024 * 1024 + 3};
+}
+
+// Both ranks send the whole list to each other at the same time and check what arrives.
+void exchangeBothWays(Connection& connection, int rank, uint64_t seedBase, std::vector<std::vector<unsigned char>>& received) {
+  const auto sizes = awkwardSizes();
+  std::vector<std::vector<unsigned char>> outgoing;
+  for (size_t i = 0; i < sizes.size(); ++i) outgoing.push_back(randomBytes(sizes[i], seedBase + rank * 100 + i));
+  received.assign(sizes.size(), {});
+  Ticket lastSend = 0, lastRecv = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    received[i].assign(sizes[i], 0xEE);
+    RecvAction action;
+    action.dst = received[i].data();
+    lastRecv = connection.postRecv(action, sizes[i]);
+    lastSend = connection.postSend(outgoing[i].data(), sizes[i]);
+  }
+  pollUntil({&connection}, [&] { return connection.sendsCompleted() == lastSend && connection.recvsCompleted() == lastRecv; });
+}
+
+}  // namespace
+
+TEST_CASE("shm transport reaches other processes of the same host only") {
+  auto transport = makeShmTransport({1, 2, 0, 2}, processPeer(0, ::getpid()));
+  CHECK(std::string(transport->name()) == "shm");
+  PeerInfo self = processPeer(0, ::getpid()), other = processPeer(1, 12345);
+  CHECK(transport->canConnect(self, other));
+  other.processToken = self.processToken;
+  CHECK_FALSE(transport->canConnect(self, other));  // same process: the local transport's job
+  other = processPeer(1, 12345);
+  other.hostId = "elsewhere";
+  CHECK_FALSE(transport->canConnect(self, other));
+}
+
+TEST_CASE("shm FIFO layout follows NCCL_BUFFSIZE and TOPOCCL_SHM_SLOTS") {
+  SmallFifo settings(false);
+  const ShmFifoLayout layout = shmFifoLayout();
+  CHECK(layout.slotBytes == kSlot);
+  CHECK(layout.slotCount == 4);
+  config::setOverride("NCCL_BUFFSIZE", "1000");
+  CHECK(shmFifoLayout().slotBytes == 192);  // rounded down to whole cache lines
+  config::setOverride("TOPOCCL_SHM_SLOTS", "0");
+  CHECK_THROWS_AS(shmFifoLayout(), Error);
+}
+
+TEST_CASE("shm moves random payloads of awkward sizes both ways at once") {
+  const bool cmaDisabled = GENERATE(false, true);
+  INFO((cmaDisabled ? "FIFO only (TOPOCCL_CMA_DISABLE=1)" : "CMA for large messages where permitted"));
+  SmallFifo settings(cmaDisabled);  // set before fork: the child inherits it
+  const uint64_t hash = freshCommHash();
+  const uint64_t seed = hash & 0xffff;
+  const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
+    auto transport = makeShmTransport({hash, 0, 1, 2}, self);
+    auto connection = transport->connect(peer, 0);
+    std::vector<std::vector<unsigned char>> received;
+    exchangeBothWays(*connection, 1, seed, received);
+    const auto sizes = awkwardSizes();
+    for (size_t i = 0; i < sizes.size(); ++i)
+      childCheck(received[i] == randomBytes(sizes[i], seed + 0 * 100 + i), "child: message " + std::to_string(i) + " of " +
+                                                                               std::to_string(sizes[i]) + " bytes differs");
+  });
+  auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()));
+  auto connection = transport->connect(processPeer(1, child.pid), 0);
+  std::vector<std::vector<unsigned char>> received;
+  exchangeBothWays(*connection, 0, seed, received);
+  const auto sizes = awkwardSizes();
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    INFO("message " << i << " of " << sizes[i] << " bytes");
+    CHECK(received[i] == randomBytes(sizes[i], seed + 1 * 100 + i));
+  }
+  const ShmConnectionStats stats = shmConnectionStats(*connection);
+  CHECK(stats.established);
+  CHECK(stats.fifoMessagesReceived + stats.cmaMessagesReceived == sizes.size());
+  if (cmaDisabled) {
+    CHECK_FALSE(stats.cmaReceive);
+    CHECK(stats.cmaMessagesReceived == 0);
+  } else if (stats.cmaReceive) {
+    CHECK(stats.cmaMessagesReceived == 3);  // the sizes at or above the threshold
+  } else {
+    WARN("process_vm_readv is not permitted here; large messages went through the FIFO");
+  }
+  CHECK(finishChild(child) == "");
+  CHECK(connection->describe() == "shm to rank 1 (pid " + std::to_string(child.pid) + ") channel 0");
+  connection.reset();
+  CHECK(leftoverSegments(hash).empty());
+}
+
+TEST_CASE("shm receive reduces floats straight out of the FIFO and through CMA") {
+  const bool cmaDisabled = GENERATE(false, true);
+  INFO((cmaDisabled ? "FIFO only" : "CMA where permitted"));
+  SmallFifo settings(cmaDisabled);
+  const uint64_t hash = freshCommHash();
+  const std::vector<size_t> counts = {1, 1000, 1024, 1025, 5003, 16411, 1 << 20};  // up to 4 MiB
+  const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
+    auto transport = makeShmTransport({hash, 0, 1, 2}, self);
+    auto connection = transport->connect(peer, 0);
+    std::vector<std::vector<float>> data;
+    Ticket last = 0;
+    for (size_t i = 0; i < counts.size(); ++i) {
+      data.push_back(randomFloats(counts[i], uint32_t(10 + i)));
+      last = connection->postSend(data.back().data(), counts[i] * sizeof(float));
+      last = connection->postSend(data.back().data(), counts[i] * sizeof(float));  // once more, for in place
+    }
+    pollUntil({connection.get()}, [&] { return connection->sendsCompleted() == last; });
+  });
+  const auto sum = kernels::hostReduceFunction(DataType::Float32, ReduceOp::Sum);
+  auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()));
+  auto connection = transport->connect(processPeer(1, child.pid), 0);
+  std::vector<std::vector<float>> operands, outputs, inPlace;
+  Ticket last = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    operands.push_back(randomFloats(counts[i], uint32_t(500 + i)));
+    outputs.emplace_back(counts[i], -1.0f);
+    inPlace.push_back(operands.back());
+  }
+  for (size_t i = 0; i < counts.size(); ++i) {
+    connection->postRecv({outputs[i].data(), operands[i].data(), sum, sizeof(float)}, counts[i] * sizeof(float));
+    last = connection->postRecv({inPlace[i].data(), inPlace[i].data(), sum, sizeof(float)}, counts[i] * sizeof(float));
+  }
+  pollUntil({connection.get()}, [&] { return connection->recvsCompleted() == last; });
+  for (size_t i = 0; i < counts.size(); ++i) {
+    const std::vector<float> incoming = randomFloats(counts[i], uint32_t(10 + i));
+    size_t wrong = 0;
+    for (size_t k = 0; k < counts[i]; ++k) {
+      const float expected = incoming[k] + operands[i][k];
+      if (outputs[i][k] != expected || inPlace[i][k] != expected) ++wrong;
+    }
+    INFO(counts[i] << " floats");
+    CHECK(wrong == 0);
+  }
+  CHECK(finishChild(child) == "");
+  connection.reset();
+  CHECK(leftoverSegments(hash).empty());
+}
+
+TEST_CASE("shm keeps thousands of small messages in order on two channels") {
+  SmallFifo settings(false);
+  const uint64_t hash = freshCommHash();
+  const int messages = 3000;
+  auto payloadOf = [](int channel, int i) {
+    std::vector<unsigned char> bytes(size_t(1 + (i * 37) % 300), static_cast<unsigned char>(i * 7 + channel));
+    std::memcpy(bytes.data(), &i, std::min(sizeof(int), bytes.size()));
+    bytes.back() = static_cast<unsigned char>(channel);
+    return bytes;
+  };
+  const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
+    std::this_thread::sleep_for(200ms);  // connect late: the parent is already polling
+    auto transport = makeShmTransport({hash, 0, 1, 2}, self);
+    auto ch1 = transport->connect(peer, 1);  // the other order from the parent's
+    auto ch0 = transport->connect(peer, 0);
+    std::vector<std::vector<unsigned char>> data[2];
+    for (int i = 0; i < messages; ++i) {
+      for (int c = 0; c < 2; ++c) data[c].push_back(payloadOf(c, i));
+      ch0->postSend(data[0].back().data(), data[0].back().size());
+      ch1->postSend(data[1].back().data(), data[1].back().size());
+    }
+    pollUntil({ch0.get(), ch1.get()}, [&] {
+      return ch0->sendsCompleted() == Ticket(messages) && ch1->sendsCompleted() == Ticket(messages);
+    });
+  });
+  auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()));
+  auto ch0 = transport->connect(processPeer(1, child.pid), 0);
+  auto ch1 = transport->connect(processPeer(1, child.pid), 1);
+  std::vector<std::vector<unsigned char>> got[2];
+  for (int c = 0; c < 2; ++c) {
+    got[c].resize(messages);
+    for (int i = 0; i < messages; ++i) got[c][i].assign(payloadOf(c, i).size(), 0);
+  }
+  for (int i = 0; i < messages; ++i) {
+    RecvAction a0, a1;
+    a0.dst = got[0][i].data();
+    a1.dst = got[1][i].data();
+    CHECK(ch0->postRecv(a0, got[0][i].size()) == Ticket(i + 1));
+    ch1->postRecv(a1, got[1][i].size());
+  }
+  pollUntil({ch0.get(), ch1.get()}, [&] {
+    return ch0->recvsCompleted() == Ticket(messages) && ch1->recvsCompleted() == Ticket(messages);
+  });
+  int wrong = 0;
+  for (int c = 0; c < 2; ++c)
+    for (int i = 0; i < messages; ++i) wrong += got[c][i] != payloadOf(c, i);
+  CHECK(wrong == 0);
+  CHECK(finishChild(child) == "");
+  ch0.reset();
+  ch1.reset();
+  CHECK(leftoverSegments(hash).empty());
+}
+
+TEST_CASE("shm size mismatch fails the receiver and the sender, naming both sizes") {
+  SmallFifo settings(false);
+  const uint64_t hash = freshCommHash();
+  const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
+    auto transport = makeShmTransport({hash, 0, 1, 2}, self);
+    auto connection = transport->connect(peer, 0);
+    std::vector<unsigned char> data(100, 3);
+    connection->postSend(data.data(), data.size());
+    try {
+      pollUntil({connection.get()}, [] { return false; }, 30s);
+    } catch (const Error& e) {
+      childCheck(e.code() == ncclRemoteError, std::string("child: wrong code for ") + e.what());
+      childCheck(std::string(e.what()).find("64") != std::string::npos, std::string("child: ") + e.what());
+      return;
+    }
+  });
+  auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()));
+  auto connection = transport->connect(processPeer(1, child.pid), 0);
+  std::vector<unsigned char> sink(64);
+  RecvAction action;
+  action.dst = sink.data();
+  connection->postRecv(action, sink.size());
+  std::string message;
+  try {
+    pollUntil({connection.get()}, [] { return false; }, 30s);
+  } catch (const Error& e) {
+    CHECK(e.code() == ncclRemoteError);
+    message = e.what();
+  }
+  CHECK(message.find("64") != std::string::npos);
+  CHECK(message.find("100") != std::string::npos);
+  CHECK(message.find("rank 1") != std::string::npos);
+  CHECK_THROWS_AS(connection->progress(), Error);  // the connection stays failed
+  CHECK(finishChild(child) == "");
+  connection.reset();
+  CHECK(leftoverSegments(hash).empty());
+}
+
+TEST_CASE("shm notices a peer killed while we wait on it") {
+  const bool duringSend = GENERATE(false, true);
+  const bool cmaDisabled = GENERATE(false, true);
+  INFO((duringSend ? "waiting in a large send" : "waiting in a receive") << (cmaDisabled ? ", FIFO only" : ""));
+  SmallFifo settings(cmaDisabled);
+  const uint64_t hash = freshCommHash();
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
+    ::close(ready[0]);
+    auto transport = makeShmTransport({hash, 0, 1, 2}, self);
+    auto connection = transport->connect(peer, 0);
+    pollUntil({connection.get()}, [&] { return shmConnectionStats(*connection).established; });
+    (void)!::write(ready[1], "r", 1);
+    for (;;) ::pause();  // never posts anything: the parent waits until it is killed
+  });
+  ::close(ready[1]);
+  auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()));
+  auto connection = transport->connect(processPeer(1, child.pid), 0);
+  pollUntil({connection.get()}, [&] { return shmConnectionStats(*connection).established; });
+  char byte = 0;
+  REQUIRE(::read(ready[0], &byte, 1) == 1);
+  ::close(ready[0]);
+
+  std::vector<unsigned char> buffer(4 << 20, 1);
+  if (duringSend) {
+    connection->postSend(buffer.data(), buffer.size());  // CMA waits for the ack; FIFO fills up
+  } else {
+    RecvAction action;
+    action.dst = buffer.data();
+    connection->postRecv(action, 100);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  bool killed = false;
+  std::string message;
+  ncclResult_t code = ncclSuccess;
+  try {
+    while (std::chrono::steady_clock::now() - start < 30s) {
+      connection->progress();
+      if (!killed && std::chrono::steady_clock::now() - start > 200ms) {
+        ::kill(child.pid, SIGKILL);  // not reaped yet: the parent must see through the zombie
+        killed = true;
+      }
+    }
+  } catch (const Error& e) {
+    code = e.code();
+    message = e.what();
+  }
+  CHECK(killed);
+  CHECK(code == ncclRemoteError);
+  INFO(message);
+  CHECK(message.find("rank 1") != std::string::npos);
+  CHECK(message.find("pid " + std::to_string(child.pid)) != std::string::npos);
+  CHECK(message.find(duringSend ? "exited during send" : "exited during receive") != std::string::npos);
+  CHECK(message.find("channel 0") != std::string::npos);
+  CHECK(finishChild(child).find("signal 9") != std::string::npos);
+  connection.reset();
+  CHECK(leftoverSegments(hash).empty());
+}
+
+TEST_CASE("shm connect fails, without hanging, when the peer never connects") {
+  SmallFifo settings(false);
+  const bool peerExits = GENERATE(true, false);
+  INFO((peerExits ? "the peer exits" : "the peer lives but stays silent past TOPOCCL_TIMEOUT_MS"));
+  if (!peerExits) config::setOverride("TOPOCCL_TIMEOUT_MS", "500");
+  const uint64_t hash = freshCommHash();
+  const Child child = startChild([&](const PeerInfo&, const PeerInfo&) {
+    if (!peerExits) std::this_thread::sleep_for(5s);
+  });
+  auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()));
+  auto connection = transport->connect(processPeer(1, child.pid), 0);
+  char byte = 0;
+  RecvAction action;
+  action.dst = &byte;
+  connection->postRecv(action, 1);  // idle connections raise nothing: something must wait
+  std::string message;
+  try {
+    pollUntil({connection.get()}, [] { return false; }, 30s);
+  } catch (const Error& e) {
+    CHECK(e.code() == ncclRemoteError);
+    message = e.what();
+  }
+  INFO(message);
+  CHECK(message.find(peerExits ? "exited during connect" : "did not complete the connection") != std::string::npos);
+  connection.reset();
+  CHECK(leftoverSegments(hash).empty());
+  ::kill(child.pid, SIGKILL);
+  finishChild(child);
+}
+
+TEST_CASE("shm replaces a segment left behind by a crashed run") {
+  SmallFifo settings(false);
+  const uint64_t hash = freshCommHash();
+  {
+    // What a process killed between creating and unlinking its segment leaves behind.
+    const std::string stale = shmSegmentName(hash, 1, 0, 0);
+    const int fd = ::shm_open(stale.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    REQUIRE(fd >= 0);
+    std::vector<unsigned char> junk(8192, 0x5a);
+    REQUIRE(::write(fd, junk.data(), junk.size()) == ssize_t(junk.size()));
+    ::close(fd);
+  }
+  const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
+    auto transport = makeShmTransport({hash, 0, 1, 2}, self);
+    auto connection = transport->connect(peer, 0);
+    const char text[] = "fresh";
+    const Ticket t = connection->postSend(text, sizeof(text));
+    pollUntil({connection.get()}, [&] { return connection->sendsCompleted() == t; });
+  });
+  auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()));
+  auto connection = transport->connect(processPeer(1, child.pid), 0);
+  char text[6] = {};
+  RecvAction action;
+  action.dst = text;
+  const Ticket t = connection->postRecv(action, sizeof(text));
+  pollUntil({connection.get()}, [&] { return connection->recvsCompleted() == t; });
+  CHECK(std::string(text) == "fresh");
+  CHECK(finishChild(child) == "");
+  connection.reset();
+  CHECK(leftoverSegments(hash).empty());
+}
+
+TEST_CASE("shm falls back to the FIFO when the kernel refuses CMA for a peer") {
+  SmallFifo settings(false);
+  const uint64_t hash = freshCommHash();
+  const size_t bytes = 3 * 1024 * 1024 + 1;
+  const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
+    // A non-dumpable process may not be read by a peer that lacks CAP_SYS_PTRACE (EPERM).
+    childCheck(::prctl(PR_SET_DUMPABLE, 0) == 0, "child: prctl(PR_SET_DUMPABLE) failed");
+    auto transport = makeShmTransport({hash, 0, 1, 2}, self);
+    auto connection = transport->connect(peer, 0);
+    const auto data = randomBytes(bytes, 99);
+    const Ticket t = connection->postSend(data.data(), data.size());
+    pollUntil({connection.get()}, [&] { return connection->sendsCompleted() == t; });
+  });
+  auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()));
+  auto connection = transport->connect(processPeer(1, child.pid), 0);
+  std::vector<unsigned char> sink(bytes);
+  RecvAction action;
+  action.dst = sink.data();
+  const Ticket t = connection->postRecv(action, bytes);
+  pollUntil({connection.get()}, [&] { return connection->recvsCompleted() == t; });
+  CHECK(sink == randomBytes(bytes, 99));
+  const ShmConnectionStats stats = shmConnectionStats(*connection);
+  CHECK(stats.cmaMessagesReceived + stats.fifoMessagesReceived == 1);
+  CHECK(stats.cmaMessagesReceived == (stats.cmaReceive ? 1u : 0u));
+  if (stats.cmaReceive) WARN("this process holds CAP_SYS_PTRACE, so CMA was allowed and the fallback not exercised");
+  CHECK(finishChild(child) == "");
+  connection.reset();
+  CHECK(leftoverSegments(hash).empty());
+}
+
+TEST_CASE("shm refuses a second connection to the same peer and channel") {
+  SmallFifo settings(false);
+  const uint64_t hash = freshCommHash();
+  auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()));
+  auto first = transport->connect(processPeer(1, ::getpid() + 1), 0);
+  CHECK_THROWS_AS(transport->connect(processPeer(1, ::getpid() + 1), 0), Error);
+  first.reset();
+  CHECK(leftoverSegments(hash).empty());
+}
