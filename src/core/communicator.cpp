@@ -25,11 +25,17 @@ namespace {
 constexpr int kPointToPointChannel = 1 << 16;  // p2p never shares a connection with plans
 constexpr int kSplitTag = 0x5000;
 
+// Same value <=> same process. Recomputed after fork(), since a child inherits its parent's statics.
 uint64_t processToken() {
-  static const uint64_t token = [] {
+  static std::mutex mutex;
+  static pid_t owner = -1;
+  static uint64_t token = 0;
+  std::lock_guard lock(mutex);
+  if (owner != getpid()) {
     std::random_device rd;
-    return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
-  }();
+    owner = getpid();
+    token = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ (static_cast<uint64_t>(owner) << 17);
+  }
   return token;
 }
 

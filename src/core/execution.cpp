@@ -164,18 +164,20 @@ bool Execution::advanceLane(size_t laneIndex) {
 bool Execution::progress() {
   if (finished_) return true;
   moved_ = false;
-  for (auto* conn : connections_) conn->progress();
-  bool allLanesDone = true;
-  for (size_t i = 0; i < lanes_.size(); ++i) {
-    try {
-      if (!advanceLane(i)) allLanesDone = false;
-    } catch (const Error& e) {
-      throw Error(e.code(), operation_ + ": " + lanes_[i].label + ": " + e.what());
-    }
+  size_t lane = lanes_.size();  // which lane was advancing, for the error context
+  try {
+    for (auto* conn : connections_) conn->progress();
+    bool allLanesDone = true;
+    for (lane = 0; lane < lanes_.size(); ++lane)
+      if (!advanceLane(lane)) allLanesDone = false;
+    lane = lanes_.size();
+    if (!allLanesDone) return false;
+    for (auto* conn : connections_) conn->progress();
+  } catch (const Error& e) {
+    const std::string where = lane < lanes_.size() ? lanes_[lane].label + ": " : std::string();
+    throw Error(e.code(), operation_ + ": " + where + e.what());
   }
-  if (!allLanesDone) return false;
-  for (auto* conn : connections_) conn->progress();
-  writeHazard(nullptr, nullptr);
+  writeHazard(nullptr, nullptr);  // drops completed sends
   if (!inFlight_.empty()) return false;
   finished_ = true;
   moved_ = true;

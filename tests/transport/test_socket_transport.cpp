@@ -447,3 +447,23 @@ TEST_CASE("socket ranks as processes exchange data, and a killed peer is an erro
   }
   CHECK(std::chrono::steady_clock::now() - start < 30s);
 }
+
+TEST_CASE("socket handshake gives up after TOPOCCL_TIMEOUT_MS, naming the peer") {
+  config::setOverride("TOPOCCL_TIMEOUT_MS", "300");
+  const uint64_t hash = socketTestHash();
+  SocketRank r0 = makeSocketRank(0, 2, hash);
+  SocketRank r1 = makeSocketRank(1, 2, hash);
+  SECTION("the dialler never comes") {
+    auto waiting = r1.transport->connect(r0.info, 0);
+    CHECK_THROWS_WITH(driveUntil({waiting.get()}, [] { return false; }, 30s),
+                      Catch::Contains("socket peer rank 0 (" + r0.info.socketAddress + ") never connected"));
+  }
+  SECTION("nobody listens where the peer said it would") {
+    PeerInfo gone = r1.info;
+    r1.transport.reset();  // closes its listener
+    auto dialling = r0.transport->connect(gone, 0);
+    CHECK_THROWS_WITH(driveUntil({dialling.get()}, [] { return false; }, 30s),
+                      Catch::Contains("cannot connect to socket peer rank 1 (" + gone.socketAddress + ")"));
+  }
+  config::setOverride("TOPOCCL_TIMEOUT_MS", std::nullopt);
+}

@@ -475,7 +475,7 @@ class ShmConnection final : public Connection {
   [[noreturn]] void reportSizeMismatch(size_t expected, size_t sent) {
     const std::string what = "receive of " + std::to_string(expected) + " bytes matched a send of " + std::to_string(sent) + " bytes";
     SegmentHeader* header = in_.header;
-    std::snprintf(header->failureText, sizeof(header->failureText), "rank %d: %s", selfRank_, what.c_str());
+    std::snprintf(header->failureText, sizeof(header->failureText), "%s", what.c_str());
     header->receiverFailed.store(1, std::memory_order_release);
     throwRemoteError(peerName() + onChannel() + ": " + what);
   }

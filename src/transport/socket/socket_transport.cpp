@@ -187,7 +187,8 @@ class SocketConnection final : public Connection {
         dials_(self.rank <= peer.rank),
         accepts_(self.rank >= peer.rank) {
     peerName_ = "socket peer rank " + std::to_string(peer.rank) + " (" + peer.socketAddress + ")";
-    connectDeadline_ = Clock::now() + std::chrono::milliseconds(params::kTimeoutMs.get());
+    connectTimeoutMs_ = params::kTimeoutMs.get();
+    connectDeadline_ = Clock::now() + std::chrono::milliseconds(connectTimeoutMs_);
     if (dials_) {
       peerAddress_ = SocketAddress::parse(peer.socketAddress);
       setStreamCount(configuredStreams());
@@ -340,7 +341,14 @@ class SocketConnection final : public Connection {
     if (dials_) {
       for (int index = 0; index < nstreams_; ++index) allThere = pollDial(index) && allThere;
     }
-    if (accepts_) allThere = collectAccepted() && allThere;
+    if (accepts_) {
+      const bool accepted = collectAccepted();
+      if (!accepted && Clock::now() >= connectDeadline_)
+        failRemote(describe() + ": " + peerName_ + " never connected within " +
+                   std::to_string(connectTimeoutMs_) + " ms (" + params::kTimeoutMs.name() +
+                   "); did it fail before connecting?");
+      allThere = accepted && allThere;
+    }
     if (!allThere) return false;
     ready_ = true;
     TOPOCCL_INFO(log::kNet, "%s connected", describe().c_str());
@@ -593,7 +601,8 @@ class SocketConnection final : public Connection {
   const bool accepts_;  // higher rank (or a connection to oneself)
   std::string peerName_;
   SocketAddress peerAddress_;
-  Deadline connectDeadline_;
+  int64_t connectTimeoutMs_ = 0;
+  Deadline connectDeadline_;  // for the handshake: dialling, or waiting for the dialler
   int nstreams_ = 0;  // 0 until known (acceptor: from the first hello)
   std::vector<Stream> streams_;
   bool ready_ = false;

@@ -1,0 +1,169 @@
+// Every entry point rejects bad input with NCCL's code, and ncclGetLastError names the argument.
+#include <catch2/catch.hpp>
+
+#include <climits>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "nccl.h"
+
+namespace {
+
+std::string lastError() { return ncclGetLastError(nullptr); }
+
+// Expects `code` and a last-error text containing every word in `mentions`.
+#define EXPECT_ERROR(call, code, ...)                                   \
+  do {                                                                  \
+    const ncclResult_t result_ = (call);                                \
+    INFO(#call << " -> " << ncclGetErrorString(result_) << ": " << lastError()); \
+    CHECK(result_ == (code));                                           \
+    for (const char* word : {__VA_ARGS__}) CHECK_THAT(lastError(), Catch::Contains(word)); \
+  } while (0)
+
+struct TwoRanks {
+  ncclComm_t comms[2] = {nullptr, nullptr};
+  TwoRanks() { REQUIRE(ncclCommInitAll(comms, 2, nullptr) == ncclSuccess); }
+  ~TwoRanks() {
+    for (auto* c : comms)
+      if (c) ncclCommDestroy(c);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("version, unique id and error strings") {
+  int version = 0;
+  CHECK(ncclGetVersion(&version) == ncclSuccess);
+  CHECK(version == NCCL_VERSION_CODE);
+  EXPECT_ERROR(ncclGetVersion(nullptr), ncclInvalidArgument, "version");
+  EXPECT_ERROR(ncclGetUniqueId(nullptr), ncclInvalidArgument, "uniqueId");
+  for (int code = 0; code <= ncclNumResults; ++code) {
+    const char* text = ncclGetErrorString(static_cast<ncclResult_t>(code));
+    REQUIRE(text != nullptr);
+    CHECK(std::strlen(text) > 3);
+  }
+}
+
+TEST_CASE("communicator creation rejects bad arguments") {
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  ncclComm_t comm = nullptr;
+  EXPECT_ERROR(ncclCommInitRank(nullptr, 1, id, 0), ncclInvalidArgument, "comm", "ncclCommInitRank");
+  EXPECT_ERROR(ncclCommInitRank(&comm, 0, id, 0), ncclInvalidArgument, "nranks");
+  EXPECT_ERROR(ncclCommInitRank(&comm, 2, id, 2), ncclInvalidArgument, "rank 2", "out of range");
+  EXPECT_ERROR(ncclCommInitRank(&comm, 2, id, -1), ncclInvalidArgument, "rank -1");
+  ncclUniqueId zero;
+  std::memset(&zero, 0, sizeof(zero));
+  EXPECT_ERROR(ncclCommInitRank(&comm, 1, zero, 0), ncclInvalidArgument, "commId");
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.magic = 0;
+  EXPECT_ERROR(ncclCommInitRankConfig(&comm, 1, id, 0, &config), ncclInvalidArgument, "NCCL_CONFIG_INITIALIZER");
+  ncclConfig_t badBlocking = NCCL_CONFIG_INITIALIZER;
+  badBlocking.blocking = 7;
+  EXPECT_ERROR(ncclCommInitRankConfig(&comm, 1, id, 0, &badBlocking), ncclInvalidArgument, "blocking");
+  EXPECT_ERROR(ncclCommInitAll(nullptr, 2, nullptr), ncclInvalidArgument, "comms");
+  ncclComm_t one;
+  EXPECT_ERROR(ncclCommInitAll(&one, 0, nullptr), ncclInvalidArgument, "ndev");
+}
+
+TEST_CASE("collectives reject bad arguments and name them") {
+  TwoRanks ranks;
+  ncclComm_t comm = ranks.comms[0];
+  std::vector<float> a(64), b(64);
+  EXPECT_ERROR(ncclAllReduce(a.data(), b.data(), 4, ncclFloat, ncclSum, nullptr, nullptr), ncclInvalidArgument,
+               "comm is NULL", "ncclAllReduce");
+  EXPECT_ERROR(ncclAllReduce(a.data(), b.data(), 4, static_cast<ncclDataType_t>(99), ncclSum, comm, nullptr),
+               ncclInvalidArgument, "datatype 99");
+  EXPECT_ERROR(ncclAllReduce(a.data(), b.data(), 4, ncclFloat, static_cast<ncclRedOp_t>(42), comm, nullptr),
+               ncclInvalidArgument, "op 42");
+  EXPECT_ERROR(ncclAllReduce(nullptr, b.data(), 4, ncclFloat, ncclSum, comm, nullptr), ncclInvalidArgument, "sendbuff");
+  EXPECT_ERROR(ncclAllReduce(a.data(), nullptr, 4, ncclFloat, ncclSum, comm, nullptr), ncclInvalidArgument, "recvbuff");
+  EXPECT_ERROR(ncclAllReduce(a.data(), a.data() + 1, 4, ncclFloat, ncclSum, comm, nullptr), ncclInvalidArgument,
+               "overlap");
+  EXPECT_ERROR(ncclAllReduce(a.data(), b.data(), SIZE_MAX / 2, ncclFloat, ncclSum, comm, nullptr), ncclInvalidArgument,
+               "count");
+  EXPECT_ERROR(ncclAllGather(a.data(), a.data() + 1, 4, ncclFloat, comm, nullptr), ncclInvalidArgument, "overlap",
+               "ncclAllGather");
+  EXPECT_ERROR(ncclReduceScatter(a.data(), a.data() + 1, 4, ncclFloat, ncclSum, comm, nullptr), ncclInvalidArgument,
+               "overlap");
+  EXPECT_ERROR(ncclBroadcast(a.data(), b.data(), 4, ncclFloat, 2, comm, nullptr), ncclInvalidArgument, "root 2");
+  EXPECT_ERROR(ncclBcast(a.data(), 4, ncclFloat, -1, comm, nullptr), ncclInvalidArgument, "root -1");
+  EXPECT_ERROR(ncclReduce(a.data(), b.data(), 4, ncclFloat, ncclSum, 5, comm, nullptr), ncclInvalidArgument, "root 5");
+  EXPECT_ERROR(ncclGather(a.data(), nullptr, 4, ncclFloat, 0, comm, nullptr), ncclInvalidArgument, "recvbuff");
+  EXPECT_ERROR(ncclScatter(nullptr, b.data(), 4, ncclFloat, 0, comm, nullptr), ncclInvalidArgument, "sendbuff");
+  EXPECT_ERROR(ncclAlltoAll(a.data(), a.data() + 2, 4, ncclFloat, comm, nullptr), ncclInvalidArgument, "overlap");
+  EXPECT_ERROR(ncclSend(a.data(), 4, ncclFloat, 2, comm, nullptr), ncclInvalidArgument, "peer 2", "ncclSend");
+  EXPECT_ERROR(ncclRecv(nullptr, 4, ncclFloat, 1, comm, nullptr), ncclInvalidArgument, "recvbuff", "ncclRecv");
+  EXPECT_ERROR(ncclSend(a.data(), 4, ncclFloat, 0, comm, nullptr), ncclInvalidUsage, "self");
+}
+
+TEST_CASE("queries, custom ops, groups and teardown reject bad usage") {
+  TwoRanks ranks;
+  ncclComm_t comm = ranks.comms[0];
+  int value = -1;
+  EXPECT_ERROR(ncclCommCount(comm, nullptr), ncclInvalidArgument, "count");
+  EXPECT_ERROR(ncclCommUserRank(nullptr, &value), ncclInvalidArgument, "comm is NULL");
+  EXPECT_ERROR(ncclCommCuDevice(comm, nullptr), ncclInvalidArgument, "device");
+  CHECK(ncclCommCount(comm, &value) == ncclSuccess);
+  CHECK(value == 2);
+  CHECK(ncclCommUserRank(ranks.comms[1], &value) == ncclSuccess);
+  CHECK(value == 1);
+  ncclResult_t async;
+  EXPECT_ERROR(ncclCommGetAsyncError(comm, nullptr), ncclInvalidArgument, "asyncError");
+  CHECK(ncclCommGetAsyncError(comm, &async) == ncclSuccess);
+  CHECK(async == ncclSuccess);
+
+  ncclRedOp_t op;
+  float scalar = 2;
+  EXPECT_ERROR(ncclRedOpCreatePreMulSum(&op, nullptr, ncclFloat, ncclScalarHostImmediate, comm), ncclInvalidArgument,
+               "scalar");
+  EXPECT_ERROR(ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat, static_cast<ncclScalarResidence_t>(9), comm),
+               ncclInvalidArgument, "residence");
+  REQUIRE(ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat, ncclScalarHostImmediate, comm) == ncclSuccess);
+  CHECK(static_cast<int>(op) >= ncclNumOps);
+  std::vector<double> d(8), e(8);
+  EXPECT_ERROR(ncclAllReduce(d.data(), e.data(), 8, ncclDouble, op, comm, nullptr), ncclInvalidArgument, "float",
+               "double");
+  CHECK(ncclRedOpDestroy(op, comm) == ncclSuccess);
+  EXPECT_ERROR(ncclRedOpDestroy(op, comm), ncclInvalidArgument, "not a live custom op");
+  EXPECT_ERROR(ncclRedOpDestroy(ncclSum, comm), ncclInvalidArgument, "built-in");
+
+  EXPECT_ERROR(ncclGroupEnd(), ncclInvalidUsage, "ncclGroupStart");
+  REQUIRE(ncclGroupStart() == ncclSuccess);
+  EXPECT_ERROR(ncclCommDestroy(comm), ncclInvalidUsage, "inside a group");
+  EXPECT_ERROR(ncclCommFinalize(comm), ncclInvalidUsage, "inside a group");
+  REQUIRE(ncclGroupEnd() == ncclSuccess);
+
+  ncclComm_t child = nullptr;
+  EXPECT_ERROR(ncclCommSplit(comm, -5, 0, &child, nullptr), ncclInvalidArgument, "color -5");
+  EXPECT_ERROR(ncclCommSplit(comm, 0, 0, nullptr, nullptr), ncclInvalidArgument, "newcomm");
+  void* handle = nullptr;
+  EXPECT_ERROR(ncclCommRegister(comm, nullptr, 64, &handle), ncclInvalidArgument, "buff");
+  float buffer[16];
+  REQUIRE(ncclCommRegister(comm, buffer, sizeof(buffer), &handle) == ncclSuccess);
+  CHECK(ncclCommDeregister(comm, handle) == ncclSuccess);
+
+  // A destroyed communicator is an error, not a crash.
+  ncclComm_t stale = ranks.comms[1];
+  REQUIRE(ncclCommDestroy(stale) == ncclSuccess);
+  ranks.comms[1] = nullptr;
+  EXPECT_ERROR(ncclCommCount(stale, &value), ncclInvalidArgument, "not a live communicator");
+  EXPECT_ERROR(ncclCommDestroy(stale), ncclInvalidArgument, "not a live communicator");
+}
+
+TEST_CASE("host memory from ncclMemAlloc works in collectives") {
+  void* p = nullptr;
+  EXPECT_ERROR(ncclMemAlloc(nullptr, 16), ncclInvalidArgument, "ptr");
+  REQUIRE(ncclMemAlloc(&p, 1 << 20) == ncclSuccess);
+  REQUIRE(p != nullptr);
+  CHECK(reinterpret_cast<uintptr_t>(p) % 4096 == 0);
+  ncclComm_t comm;
+  REQUIRE(ncclCommInitAll(&comm, 1, nullptr) == ncclSuccess);
+  auto* f = static_cast<float*>(p);
+  for (int i = 0; i < 1000; ++i) f[i] = static_cast<float>(i);
+  REQUIRE(ncclAllReduce(f, f + 1000, 1000, ncclFloat, ncclSum, comm, nullptr) == ncclSuccess);
+  for (int i = 0; i < 1000; ++i) CHECK(f[1000 + i] == static_cast<float>(i));
+  CHECK(ncclCommDestroy(comm) == ncclSuccess);
+  CHECK(ncclMemFree(p) == ncclSuccess);
+}
