@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -101,7 +102,10 @@ std::vector<char> makeInput(DataType t, ncclRedOp_t op, bool premul, size_t elem
 std::vector<char> randomBytes(size_t bytes, uint64_t seed, int rank) {
   std::mt19937_64 gen(seed ^ (0x632be59bd9b4e019ull * static_cast<uint64_t>(rank + 7)));
   std::vector<char> data(bytes);
-  for (auto& c : data) c = static_cast<char>(gen());
+  for (size_t i = 0; i < bytes; i += 8) {
+    const uint64_t word = gen();
+    std::memcpy(data.data() + i, &word, std::min<size_t>(8, bytes - i));
+  }
   return data;
 }
 
@@ -366,9 +370,11 @@ int runCollectiveMatrix(int rank, int nranks, ncclComm_t comm, const MatrixOptio
           }
         }
     if (options.largeSizes) {
-      const size_t large = 786433;  // prime; ~3 MiB of float per rank
+      // ~3 MiB of float per rank buffer; the per-rank count shrinks when a buffer holds n blocks.
+      const bool blocks = coll != Coll::AllReduce && coll != Coll::Broadcast && coll != Coll::Reduce;
+      const size_t large = blocks ? 786433 / nranks : 786433;  // 786433 is prime
       run({coll, DataType::Float32, ncclSum, false, large, false, root});
-      run({coll, DataType::Bfloat16, ncclSum, false, large / 3, true, root});
+      run({coll, DataType::Bfloat16, ncclSum, false, large / 3 + 1, true, root});
     }
   }
   return failures;
