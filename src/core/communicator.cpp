@@ -307,7 +307,7 @@ std::unique_ptr<Execution> Communicator::buildCollective(const CollectiveArgs& a
   }
   std::string name = std::string(algo::collectiveName(args.collective)) + " (" + plan.name + ", " +
                      std::to_string(args.count) + " x " + dataTypeName(args.type) + ")";
-  return std::make_unique<Execution>(std::move(name), std::move(lanes), reduce, elem, sliceBytes_);
+  return std::make_unique<Execution>(std::move(name), std::move(lanes), reduce, elem, sliceBytes_, &staging_);
 }
 
 std::unique_ptr<Execution> Communicator::buildPointToPoint(const std::vector<const PointToPointArgs*>& ops) {

@@ -139,6 +139,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::map<std::tuple<int, int, int>, std::unique_ptr<algo::Plan>> plans_;
   std::vector<char> scratch_;
   std::vector<char> prescaled_;
+  std::vector<char> staging_;  // RecvReduceSend results; collectives run one at a time
 
   mutable std::mutex queueMutex_;
   std::condition_variable queueChanged_;

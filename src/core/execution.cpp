@@ -11,7 +11,7 @@ namespace topoccl::core {
 using algo::StepKind;
 
 Execution::Execution(std::string operation, std::vector<ResolvedLane> lanes, kernels::ReduceFn reduce,
-                     size_t elementSize, size_t sliceBytes)
+                     size_t elementSize, size_t sliceBytes, std::vector<char>* stagingArena)
     : operation_(std::move(operation)),
       lanes_(std::move(lanes)),
       states_(lanes_.size()),
@@ -23,8 +23,9 @@ Execution::Execution(std::string operation, std::vector<ResolvedLane> lanes, ker
   for (const auto& lane : lanes_)
     for (const auto& step : lane.steps)
       if (step.kind == StepKind::RecvReduceSend) stagingBytes += step.bytes;
-  if (stagingBytes > 0) staging_.reset(new char[stagingBytes]);
-  char* next = staging_.get();
+  std::vector<char>& arena = stagingArena ? *stagingArena : ownStaging_;
+  if (arena.size() < stagingBytes) arena.resize(stagingBytes);
+  char* next = arena.data();
   stagingOf_.resize(lanes_.size());
   for (size_t l = 0; l < lanes_.size(); ++l) {
     stagingOf_[l].assign(lanes_[l].steps.size(), nullptr);

@@ -33,8 +33,10 @@ struct ResolvedLane {
 
 class Execution {
  public:
+  // `stagingArena` (grow-only, owned by the caller) holds RecvReduceSend results, so repeated
+  // operations reuse warm memory; null means the execution allocates its own.
   Execution(std::string operation, std::vector<ResolvedLane> lanes, kernels::ReduceFn reduce,
-            size_t elementSize, size_t sliceBytes);
+            size_t elementSize, size_t sliceBytes, std::vector<char>* stagingArena = nullptr);
   Execution(const Execution&) = delete;
   Execution& operator=(const Execution&) = delete;
 
@@ -82,7 +84,7 @@ class Execution {
   std::vector<InFlightSend> inFlight_;
   // RecvReduceSend results, one region per such step: receives never wait for a send to finish,
   // which keeps transports that complete a send only when the peer consumed it deadlock-free.
-  std::unique_ptr<char[]> staging_;
+  std::vector<char> ownStaging_;
   std::vector<std::vector<char*>> stagingOf_;  // [lane][step]
   kernels::ReduceFn reduce_;
   size_t elementSize_;
