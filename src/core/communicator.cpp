@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "algorithms/selection.hpp"
@@ -193,7 +194,9 @@ transport::Transport& Communicator::transportFor(int peer) const {
 transport::Connection* Communicator::connection(int peer, int channel) {
   auto& slot = connections_[{peer, channel}];
   if (!slot) {
-    slot = transportFor(peer).connect(peers_[peer], channel);
+    transport::Transport& chosen = transportFor(peer);
+    slot = chosen.connect(peers_[peer], channel);
+    usedTransports_.insert(&chosen);
     TOPOCCL_INFO(log::kInit | log::kP2p, "connection to rank %d channel %d via %s", peer, channel,
                  slot->transportName());
   }
@@ -398,9 +401,11 @@ void Communicator::runGroup(std::vector<Operation>& operations) {
       pointToPoint->progress();
       moved |= pointToPoint->movedLastTime();
     }
-    if ((++loops & 15) == 0)  // accepting new TCP peers costs a syscall; connections progress themselves
+    // Transports accept newcomers here (a TCP accept costs a syscall that allocates a socket even
+    // when nobody is waiting), so only transports with connections, and only now and then.
+    if ((++loops & 63) == 0)
       for (auto* t : {localTransport_.get(), shmTransport_.get(), socketTransport_.get()})
-        if (t) t->progress();
+        if (t && usedTransports_.count(t)) t->progress();
     const bool done = !current && next >= collectives.size() && (!pointToPoint || pointToPoint->finished());
     if (done) return;
 
@@ -425,6 +430,7 @@ void Communicator::runGroup(std::vector<Operation>& operations) {
 }
 
 void Communicator::runJob(Job& job) {
+  bool wakeEngine = false, wakeIdle = false;
   ncclResult_t code = ncclSuccess;
   std::string message;
   {
@@ -454,9 +460,13 @@ void Communicator::runJob(Job& job) {
     }
     --pending_;
     running_ = false;
+    wakeEngine = !queue_.empty();
+    wakeIdle = pending_ == 0;
   }
   job.work->complete(code, message);
-  queueChanged_.notify_all();
+  // Wake only who has something to do: a blocking caller must not pay the engine's context switch.
+  if (wakeEngine) queueChanged_.notify_all();
+  if (wakeIdle) idle_.notify_all();
 }
 
 void Communicator::progressLoop() {
@@ -515,7 +525,7 @@ std::shared_ptr<Work> Communicator::submit(std::vector<Operation> operations) {
 
 void Communicator::finalize() {
   std::unique_lock lock(queueMutex_);
-  queueChanged_.wait(lock, [&] { return pending_ == 0; });
+  idle_.wait(lock, [&] { return pending_ == 0; });
 }
 
 void Communicator::abort() {
@@ -534,6 +544,7 @@ void Communicator::abort() {
   }
   for (auto& job : dropped) job.work->complete(ncclInvalidUsage, "communicator was aborted before this ran");
   queueChanged_.notify_all();
+  idle_.notify_all();
   if (engine_.joinable() && engine_.get_id() != std::this_thread::get_id()) engine_.join();
 }
 

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <variant>
@@ -136,13 +137,15 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::unique_ptr<transport::Transport> shmTransport_;
   std::unique_ptr<transport::Transport> socketTransport_;
   std::map<std::pair<int, int>, std::unique_ptr<transport::Connection>> connections_;
+  std::set<transport::Transport*> usedTransports_;
   std::map<std::tuple<int, int, int>, std::unique_ptr<algo::Plan>> plans_;
   std::vector<char> scratch_;
   std::vector<char> prescaled_;
   std::vector<char> staging_;  // RecvReduceSend results; collectives run one at a time
 
   mutable std::mutex queueMutex_;
-  std::condition_variable queueChanged_;
+  std::condition_variable queueChanged_;  // the engine waits here for work or stop
+  std::condition_variable idle_;          // finalize() waits here for pending_ == 0
   std::deque<Job> queue_;
   size_t pending_ = 0;  // queued + running jobs
   bool running_ = false;  // a job is executing (on the engine thread or inline)
