@@ -165,3 +165,22 @@ TEST_CASE("ncclConfig_t from older and newer callers, and non-blocking mode") {
     CHECK(ncclCommDestroy(comm) == ncclSuccess);
   }
 }
+
+TEST_CASE("ranks that call a collective with different counts get an error, not a hang") {
+  for (RankMode mode : {RankMode::Threads, RankMode::ProcessesShm, RankMode::ProcessesTcp}) {
+    INFO(rankModeName(mode));
+    const RunResult result = runRanks(
+        mode, 2,
+        [](int rank, int, ncclComm_t comm) {
+          std::vector<float> data(rank == 0 ? 300000 : 600000, 1.0f);
+          const ncclResult_t r = ncclAllReduce(data.data(), data.data(), data.size(), ncclFloat, ncclSum, comm, nullptr);
+          const std::string text = ncclGetLastError(nullptr);
+          std::fprintf(stderr, "rank %d: %s: %s\n", rank, ncclGetErrorString(r), text.c_str());
+          // Expected: an error whose text names the sizes or the stall, on both ranks.
+          return r != ncclSuccess && text.find("rank") != std::string::npos ? 0 : 1;
+        },
+        {{"TOPOCCL_TIMEOUT_MS", "5000"}}, 120);
+    INFO(result.problems);
+    CHECK(result.failures == 0);
+  }
+}
