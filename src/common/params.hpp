@@ -43,4 +43,10 @@ inline const Param<int64_t> kSliceBytes{"TOPOCCL_SLICE_BYTES", 512 << 10,
 inline const Param<int64_t> kNChannels{"TOPOCCL_NCHANNELS", 1, "Lanes per rank used by built-in ring plans"};
 inline const Param<bool> kCommBlocking{"NCCL_COMM_BLOCKING", true, "Overrides ncclConfig_t.blocking"};
 
+// Topology.
+inline const Param<std::string> kTopoFile{"TOPOCCL_TOPO_FILE", "",
+                                          "Topology file (NCCL XML, hwloc XML v2 or topoccl JSON) that replaces discovery"};
+inline const Param<std::string> kNcclTopoFile{"NCCL_TOPO_FILE", "",
+                                              "NCCL's topology file; used when TOPOCCL_TOPO_FILE is not set"};
+
 }  // namespace topoccl::params

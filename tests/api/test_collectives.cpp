@@ -3,19 +3,23 @@
 #include "api/collective_matrix.hpp"
 #include "support/rank_harness.hpp"
 
+#include <map>
+#include <string>
+
 using namespace topoccl::test;
 
 namespace {
 
-void runMatrix(RankMode mode, int nranks, bool full) {
+void runMatrix(RankMode mode, int nranks, bool full, const std::map<std::string, std::string>& env = {}) {
   MatrixOptions options;
   options.seed = testSeed() + static_cast<uint64_t>(nranks) * 1000 + static_cast<uint64_t>(mode);
   options.allTypesAndOps = full;
   options.largeSizes = true;
   INFO(rankModeName(mode) << ", " << nranks << " ranks, seed " << options.seed);
-  const RunResult result = runRanks(mode, nranks, [&](int rank, int n, ncclComm_t comm) {
-    return runCollectiveMatrix(rank, n, comm, options);
-  });
+  for (const auto& [k, v] : env) INFO(k << "=" << v);
+  const RunResult result = runRanks(
+      mode, nranks, [&](int rank, int n, ncclComm_t comm) { return runCollectiveMatrix(rank, n, comm, options); },
+      env);
   INFO(result.problems);
   CHECK(result.failures == 0);
 }
@@ -49,3 +53,18 @@ TOPOCCL_MATRIX_TEST(RankMode::ProcessesTcp, "TCP processes", 5, false)
 TOPOCCL_MATRIX_TEST(RankMode::ProcessesTcp, "TCP processes", 6, false)
 TOPOCCL_MATRIX_TEST(RankMode::ProcessesTcp, "TCP processes", 7, false)
 TOPOCCL_MATRIX_TEST(RankMode::ProcessesTcp, "TCP processes", 8, false)
+
+// The same matrix with the selection overridden, several lanes per ring and tiny slices, so every
+// generator and the executor's multi-lane and many-slice paths run end to end.
+TEST_CASE("every collective with NCCL_ALGO=ring on 3 channels and 4 KiB slices on threads with 5 ranks") {
+  runMatrix(RankMode::Threads, 5, false, {{"NCCL_ALGO", "ring"}, {"TOPOCCL_NCHANNELS", "3"}, {"TOPOCCL_SLICE_BYTES", "4096"}});
+}
+TEST_CASE("every collective with NCCL_ALGO=tree on shm processes with 6 ranks") {
+  runMatrix(RankMode::ProcessesShm, 6, false, {{"NCCL_ALGO", "tree"}});
+}
+TEST_CASE("every collective with NCCL_ALGO=direct on TCP processes with 3 ranks") {
+  runMatrix(RankMode::ProcessesTcp, 3, false, {{"NCCL_ALGO", "direct"}, {"TOPOCCL_SLICE_BYTES", "1000"}});
+}
+TEST_CASE("every collective with NCCL_ALGO=rd on 2 channels on TCP processes with 7 ranks") {
+  runMatrix(RankMode::ProcessesTcp, 7, false, {{"NCCL_ALGO", "allreduce:rd"}, {"TOPOCCL_NCHANNELS", "2"}});
+}

@@ -1,0 +1,128 @@
+// topoccl-topo: print, classify, draw and convert topologies from files or presets.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+#include <set>
+
+#include "topoccl/error.hpp"
+#include "topology/loaders.hpp"
+
+using namespace topoccl::topo;
+
+namespace {
+
+Topology loadSelected(const std::string& file, const std::string& preset) {
+  if (!preset.empty()) return loadPreset(preset);
+  if (!file.empty()) return loadTopologyFile(file);
+  std::string fromEnv = topologyFileOverride();
+  if (!fromEnv.empty()) return loadTopologyFile(fromEnv);
+  throw topoccl::Error(ncclInvalidArgument, "give --file or --preset (live discovery is not built yet)");
+}
+
+std::string label(const Topology& t, VertexId id) {
+  const Vertex& v = t.vertex(id);
+  if (v.kind == VertexKind::Gpu) return "GPU" + std::to_string(v.gpuIndex);
+  return v.kind == VertexKind::Nic && !v.netName.empty() ? v.netName : v.name;
+}
+
+void show(const Topology& t) {
+  std::printf("topology %s  fingerprint %s  (%d GPUs, %d NICs, %d CPUs)\n", t.source.c_str(), t.fingerprint().c_str(),
+              t.count(VertexKind::Gpu), t.count(VertexKind::Nic), t.count(VertexKind::Cpu));
+  std::vector<bool> seen(t.vertexCount(), false);
+  // The PCIe tree under each CPU, then the links that are not part of it.
+  std::function<void(VertexId, int)> tree = [&](VertexId id, int depth) {
+    seen[id] = true;
+    const Vertex& v = t.vertex(id);
+    std::printf("%*s%s %s", depth * 2, "", vertexKindName(v.kind), describeVertex(t, id).c_str());
+    if (v.kind == VertexKind::Cpu) std::printf(" numa=%d affinity=%s", v.numaId, v.cpuAffinity.c_str());
+    if (v.kind == VertexKind::Gpu) std::printf(" index=%d sm=%d", v.gpuIndex, v.sm);
+    if (v.kind == VertexKind::Nic)
+      std::printf(" %s %.0fGb/s %s%s", v.netName.c_str(), v.speedGbps, linkLayerName(v.linkLayer), v.gpuDirect ? " gdr" : "");
+    std::printf("\n");
+    for (const Link* l : t.linksFrom(id))
+      if (l->kind == LinkKind::Pcie && !seen[l->to] && t.vertex(l->to).kind != VertexKind::Cpu) tree(l->to, depth + 1);
+  };
+  for (VertexId cpu : t.verticesOfKind(VertexKind::Cpu)) tree(cpu, 0);
+  for (const Link& l : t.links()) {
+    if (l.kind == LinkKind::Pcie || l.from > l.to) continue;
+    std::printf("%s %s <-> %s  %.1f GB/s", linkKindName(l.kind), label(t, l.from).c_str(), label(t, l.to).c_str(), l.bandwidthGBs);
+    if (l.kind == LinkKind::NvLink) std::printf(" x%d gen%d", l.nvlinkCount, l.nvlinkGeneration);
+    std::printf("\n");
+  }
+}
+
+void paths(const Topology& t) {
+  std::vector<VertexId> devices = t.gpus();
+  for (VertexId n : t.nics()) devices.push_back(n);
+  std::printf("%-10s", "");
+  for (VertexId d : devices) std::printf("%-11s", label(t, d).c_str());
+  std::printf("  %-26s %s\n", "CPU affinity", "NUMA");
+  for (VertexId a : devices) {
+    std::printf("%-10s", label(t, a).c_str());
+    for (VertexId b : devices) {
+      Path p = t.path(a, b);
+      char cell[32];
+      if (a == b) std::snprintf(cell, sizeof cell, "X");
+      else std::snprintf(cell, sizeof cell, "%s/%.0f", pathClassName(p.cls), p.bandwidthGBs);
+      std::printf("%-11s", cell);
+    }
+    auto cpu = t.localCpu(a);
+    std::printf("  %-26s %s\n", cpu ? t.vertex(*cpu).cpuAffinity.c_str() : "N/A",
+                cpu ? std::to_string(t.vertex(*cpu).numaId).c_str() : "N/A");
+  }
+  std::printf("\ncells: NCCL path class / bottleneck GB/s\n");
+  for (VertexId g : t.gpus()) {
+    std::string names;
+    for (VertexId n : t.nearestNics(g)) names += (names.empty() ? "" : ",") + label(t, n);
+    std::printf("%s nearest NIC(s): %s\n", label(t, g).c_str(), names.empty() ? "none" : names.c_str());
+  }
+}
+
+void dot(const Topology& t) {
+  std::printf("graph topology {\n  node [shape=box, fontname=\"Helvetica\"];\n");
+  static const char* kColour[] = {"white", "lightblue", "lightgrey", "palegreen", "gold", "orange", "white", "grey"};
+  for (VertexId id = 0; id < t.vertexCount(); ++id) {
+    const Vertex& v = t.vertex(id);
+    if (v.kind == VertexKind::Host) continue;
+    std::printf("  \"%s\" [label=\"%s\\n%s\", style=filled, fillcolor=%s];\n", v.name.c_str(), label(t, id).c_str(),
+                v.busId.c_str(), kColour[static_cast<int>(v.kind)]);
+  }
+  for (const Link& l : t.links()) {
+    if (l.from > l.to) continue;
+    const char* style = l.kind == LinkKind::NvLink ? "color=green, penwidth=2" : l.kind == LinkKind::CpuInterconnect ? "style=dashed" : "color=black";
+    std::printf("  \"%s\" -- \"%s\" [label=\"%.0f\", %s];\n", t.vertex(l.from).name.c_str(), t.vertex(l.to).name.c_str(),
+                l.bandwidthGBs, style);
+  }
+  std::printf("}\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"topoccl-topo: show, classify, draw and convert GPU server topologies"};
+  app.require_subcommand(1);
+  std::string file, preset, format = "json";
+  auto addSource = [&](CLI::App* sub) {
+    sub->add_option("--file", file, "NCCL XML, hwloc XML v2 or topoccl JSON file");
+    sub->add_option("--preset", preset, "built-in machine")->check(CLI::IsMember(presetNames()));
+  };
+  CLI::App* showCmd = app.add_subcommand("show", "print the graph as a tree plus its links");
+  CLI::App* pathsCmd = app.add_subcommand("paths", "GPU/NIC matrix of NCCL path classes and bandwidths");
+  CLI::App* dotCmd = app.add_subcommand("dot", "graphviz source of the graph (pipe into `dot -Tsvg`)");
+  CLI::App* exportCmd = app.add_subcommand("export", "write the graph as NCCL XML or topoccl JSON");
+  exportCmd->add_option("--format", format, "nccl-xml or json")->check(CLI::IsMember({"nccl-xml", "json"}));
+  for (CLI::App* sub : {showCmd, pathsCmd, dotCmd, exportCmd}) addSource(sub);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    Topology t = loadSelected(file, preset);
+    if (*showCmd) show(t);
+    if (*pathsCmd) paths(t);
+    if (*dotCmd) dot(t);
+    if (*exportCmd) std::cout << (format == "json" ? writeJson(t) : writeNcclXml(t));
+  } catch (const topoccl::Error& e) {
+    std::fprintf(stderr, "topoccl-topo: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
