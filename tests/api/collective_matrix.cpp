@@ -260,13 +260,13 @@ int runCase(int rank, int nranks, ncclComm_t comm, const Case& c, uint64_t seed)
   recvBuf.back() = guard;
   const void* send = sendBuf.data();
   void* recv = recvBuf.data();
-  std::memcpy(sendBuf.data(), inputs[rank].data(), inElems * elem);
+  if (inElems > 0) std::memcpy(sendBuf.data(), inputs[rank].data(), inElems * elem);
 
   if (c.inPlace) {
     // NCCL's in-place layouts: the input lives inside the output (or the reverse).
     switch (c.coll) {
       case Coll::AllGather:
-        std::memcpy(recvBuf.data() + rank * c.count * elem, inputs[rank].data(), inElems * elem);
+        if (inElems > 0) std::memcpy(recvBuf.data() + rank * c.count * elem, inputs[rank].data(), inElems * elem);
         send = recvBuf.data() + rank * c.count * elem;
         break;
       case Coll::ReduceScatter:
@@ -274,7 +274,7 @@ int runCase(int rank, int nranks, ncclComm_t comm, const Case& c, uint64_t seed)
         break;
       case Coll::Gather:
         if (rank == c.root) {
-          std::memcpy(recvBuf.data() + rank * c.count * elem, inputs[rank].data(), inElems * elem);
+          if (inElems > 0) std::memcpy(recvBuf.data() + rank * c.count * elem, inputs[rank].data(), inElems * elem);
           send = recvBuf.data() + rank * c.count * elem;
         }
         break;
@@ -283,7 +283,7 @@ int runCase(int rank, int nranks, ncclComm_t comm, const Case& c, uint64_t seed)
         break;
       default:
         if (hasOutput && inElems == outElems) {
-          std::memcpy(recvBuf.data(), inputs[rank].data(), inElems * elem);
+          if (inElems > 0) std::memcpy(recvBuf.data(), inputs[rank].data(), inElems * elem);
           send = recvBuf.data();
         }
         break;
