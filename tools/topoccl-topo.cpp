@@ -79,22 +79,35 @@ void paths(const Topology& t) {
   }
 }
 
-void dot(const Topology& t) {
-  std::printf("graph topology {\n  node [shape=box, fontname=\"Helvetica\"];\n");
+void dot(const Topology& t, FILE* out) {
+  std::fprintf(out, "graph topology {\n  node [shape=box, fontname=\"Helvetica\"];\n");
   static const char* kColour[] = {"white", "lightblue", "lightgrey", "palegreen", "gold", "orange", "white", "grey"};
   for (VertexId id = 0; id < t.vertexCount(); ++id) {
     const Vertex& v = t.vertex(id);
     if (v.kind == VertexKind::Host) continue;
-    std::printf("  \"%s\" [label=\"%s\\n%s\", style=filled, fillcolor=%s];\n", v.name.c_str(), label(t, id).c_str(),
+    std::fprintf(out, "  \"%s\" [label=\"%s\\n%s\", style=filled, fillcolor=%s];\n", v.name.c_str(), label(t, id).c_str(),
                 v.busId.c_str(), kColour[static_cast<int>(v.kind)]);
   }
   for (const Link& l : t.links()) {
     if (l.from > l.to) continue;
     const char* style = l.kind == LinkKind::NvLink ? "color=green, penwidth=2" : l.kind == LinkKind::CpuInterconnect ? "style=dashed" : "color=black";
-    std::printf("  \"%s\" -- \"%s\" [label=\"%.0f\", %s];\n", t.vertex(l.from).name.c_str(), t.vertex(l.to).name.c_str(),
+    std::fprintf(out, "  \"%s\" -- \"%s\" [label=\"%.0f\", %s];\n", t.vertex(l.from).name.c_str(), t.vertex(l.to).name.c_str(),
                 l.bandwidthGBs, style);
   }
-  std::printf("}\n");
+  std::fprintf(out, "}\n");
+}
+
+// Draws the graph with graphviz's `dot` (installed by scripts/install-deps.sh) into `output`.
+void render(const Topology& t, const std::string& format, const std::string& output) {
+  if (output.empty() || output.find('\'') != std::string::npos)
+    throw topoccl::Error(ncclInvalidArgument, "--output '" + output + "' must be a non-empty path without quotes");
+  const std::string command = "dot -T" + format + " -o '" + output + "'";
+  FILE* pipe = popen(command.c_str(), "w");
+  if (!pipe) throw topoccl::Error(ncclSystemError, "cannot start graphviz: " + command);
+  dot(t, pipe);
+  if (pclose(pipe) != 0)
+    throw topoccl::Error(ncclSystemError, "graphviz failed: `" + command + "` (is graphviz installed? scripts/install-deps.sh installs it)");
+  std::printf("wrote %s\n", output.c_str());
 }
 
 }  // namespace
@@ -111,14 +124,20 @@ int main(int argc, char** argv) {
   CLI::App* pathsCmd = app.add_subcommand("paths", "GPU/NIC matrix of NCCL path classes and bandwidths");
   CLI::App* dotCmd = app.add_subcommand("dot", "graphviz source of the graph (pipe into `dot -Tsvg`)");
   CLI::App* exportCmd = app.add_subcommand("export", "write the graph as NCCL XML or topoccl JSON");
+  CLI::App* svgCmd = app.add_subcommand("svg", "draw the graph as SVG through graphviz");
+  CLI::App* pngCmd = app.add_subcommand("png", "draw the graph as PNG through graphviz");
+  std::string output;
+  for (CLI::App* sub : {svgCmd, pngCmd}) sub->add_option("-o,--output", output, "picture file to write")->required();
   exportCmd->add_option("--format", format, "nccl-xml or json")->check(CLI::IsMember({"nccl-xml", "json"}));
-  for (CLI::App* sub : {showCmd, pathsCmd, dotCmd, exportCmd}) addSource(sub);
+  for (CLI::App* sub : {showCmd, pathsCmd, dotCmd, exportCmd, svgCmd, pngCmd}) addSource(sub);
   CLI11_PARSE(app, argc, argv);
   try {
     Topology t = loadSelected(file, preset);
     if (*showCmd) show(t);
     if (*pathsCmd) paths(t);
-    if (*dotCmd) dot(t);
+    if (*dotCmd) dot(t, stdout);
+    if (*svgCmd) render(t, "svg", output);
+    if (*pngCmd) render(t, "png", output);
     if (*exportCmd) std::cout << (format == "json" ? writeJson(t) : writeNcclXml(t));
   } catch (const topoccl::Error& e) {
     std::fprintf(stderr, "topoccl-topo: %s\n", e.what());
