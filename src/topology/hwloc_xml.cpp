@@ -91,10 +91,7 @@ class HwlocXmlReader {
 
   Topology read() {
     pugi::xml_document doc;
-    pugi::xml_parse_result parsed = doc.load_buffer(text_.data(), text_.size(), pugi::parse_default, pugi::encoding_utf8);
-    if (!parsed)
-      throwParseError(source_, lineOfOffset(text_, static_cast<size_t>(parsed.offset)),
-                      std::string("malformed XML: ") + parsed.description());
+    parseXmlOrThrow(doc, text_, source_);
     pugi::xml_node root = doc.child("topology");
     if (!root) throwParseError(source_, 1, "no <topology> element: not an hwloc XML file");
     std::string version = root.attribute("version").as_string();

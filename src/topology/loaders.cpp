@@ -1,5 +1,7 @@
 #include "topology/loaders.hpp"
 
+#include <pugixml.hpp>
+
 #include <algorithm>
 #include <cerrno>
 #include <fstream>
@@ -17,6 +19,13 @@ std::string readTextFile(const std::string& path) {
   buffer << in.rdbuf();
   if (in.bad()) throwSystemError("topology: cannot read '" + path + "'");
   return buffer.str();
+}
+
+void parseXmlOrThrow(pugi::xml_document& doc, const std::string& text, const std::string& sourceName) {
+  const pugi::xml_parse_result parsed = doc.load_buffer(text.data(), text.size(), pugi::parse_default, pugi::encoding_utf8);
+  if (!parsed)
+    throwParseError(sourceName, lineOfOffset(text, static_cast<size_t>(parsed.offset)),
+                    std::string("malformed XML: ") + parsed.description());
 }
 
 int lineOfOffset(const std::string& text, size_t offset) {

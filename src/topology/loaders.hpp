@@ -8,6 +8,10 @@
 
 #include "topology/topology.hpp"
 
+namespace pugi {
+class xml_document;
+}
+
 namespace topoccl::topo {
 
 enum class FileFormat { NcclXml, HwlocXml, Json };
@@ -41,5 +45,7 @@ std::string topologyFileOverride();
 std::string readTextFile(const std::string& path);
 int lineOfOffset(const std::string& text, size_t offset);  // 1-based
 [[noreturn]] void throwParseError(const std::string& sourceName, int line, const std::string& message);
+// Parses XML text into `doc`; malformed input throws with the source name and line.
+void parseXmlOrThrow(pugi::xml_document& doc, const std::string& text, const std::string& sourceName);
 
 }  // namespace topoccl::topo

@@ -38,10 +38,7 @@ class NcclXmlReader {
 
   Topology read() {
     pugi::xml_document doc;
-    pugi::xml_parse_result parsed = doc.load_buffer(text_.data(), text_.size(), pugi::parse_default, pugi::encoding_utf8);
-    if (!parsed)
-      throwParseError(source_, lineOfOffset(text_, static_cast<size_t>(parsed.offset)),
-                      std::string("malformed XML: ") + parsed.description());
+    parseXmlOrThrow(doc, text_, source_);
     pugi::xml_node system = doc.child("system");
     if (!system) throwParseError(source_, 1, "no <system> element: not an NCCL topology file");
     std::string version = system.attribute("version").as_string("1");
