@@ -188,7 +188,8 @@ std::string writeJson(const Topology& topo) {
   }
   doc["vertices"] = vertices;
   doc["links"] = links;
-  return doc.dump(2) + "\n";
+  // Strings from other sources than the loaders (live discovery) may not be UTF-8: never throw for it.
+  return doc.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace topoccl::topo

@@ -1,0 +1,65 @@
+// Inputs the fuzzer (tests/fuzz) found or that guard its contract: bad bytes end in a topoccl::Error
+// naming the source and the line, and whatever parses survives the writers.
+#include <catch2/catch.hpp>
+
+#include <functional>
+#include <string>
+
+#include "common/error.hpp"
+#include "topology/loaders.hpp"
+
+using namespace topoccl;
+using namespace topoccl::topo;
+
+namespace {
+
+std::string errorOf(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("regressions: XML that is not UTF-8 is refused with the line of the bad byte", "[regression]") {
+  // A Latin-1 'é' (0xe9) in an attribute on line 3; pugixml alone would copy it into a vertex name.
+  const std::string ncclXml = "<system version=\"1\">\n <cpu numaid=\"0\" affinity=\"ff\" arch=\"x86_64\">\n"
+                              "  <nic><net name=\"caf\xe9\" dev=\"0\" speed=\"100000\"/></nic>\n </cpu>\n</system>\n";
+  const std::string message = errorOf([&] { (void)parseNcclXml(ncclXml, "latin1.xml"); });
+  CHECK_THAT(message, Catch::Contains("latin1.xml:3"));
+  CHECK_THAT(message, Catch::Contains("not UTF-8"));
+  CHECK_THAT(message, Catch::Contains("0xe9"));
+
+  // The hwloc loader goes through the same entry point.
+  const std::string hwloc = "<?xml version=\"1.0\"?>\n<topology version=\"2.0\">\n\xff\n</topology>\n";
+  CHECK_THAT(errorOf([&] { (void)parseHwlocXml(hwloc, "bad.xml"); }), Catch::Contains("bad.xml:3"));
+
+  // Overlong encodings and surrogates are not UTF-8 either; a correct multi-byte name is.
+  CHECK_THAT(errorOf([&] { (void)parseNcclXml("<system version=\"1\">\xc0\xaf</system>", "overlong.xml"); }),
+             Catch::Contains("not UTF-8"));
+  CHECK_THAT(errorOf([&] { (void)parseNcclXml("<system version=\"1\">\xed\xa0\x80</system>", "surrogate.xml"); }),
+             Catch::Contains("not UTF-8"));
+  CHECK_THAT(errorOf([&] { (void)parseNcclXml("<system version=\"1\">\xf0\x9f\x98</system>", "cut.xml"); }),
+             Catch::Contains("not UTF-8"));
+  CHECK_THAT(errorOf([&] { (void)parseNcclXml("<system version=\"1\"><!-- caf\xc3\xa9 --></system>", "ok.xml"); }),
+             !Catch::Contains("UTF-8"));
+}
+
+TEST_CASE("regressions: writeJson never throws on names that are not UTF-8", "[regression]") {
+  // Live discovery copies OS strings (interface names, hwloc info) that need not be UTF-8.
+  Topology t;
+  t.name = std::string("box\xff");
+  VertexId host = t.addVertex(Vertex{.kind = VertexKind::Host, .name = "host0"});
+  VertexId cpu = t.addVertex(Vertex{.kind = VertexKind::Cpu, .name = "cpu0", .numaId = 0, .cpuAffinity = "ff"});
+  VertexId nic = t.addVertex(Vertex{.kind = VertexKind::Nic, .name = "nic0", .netName = std::string("en\xfe")});
+  t.addLink(cpu, nic, Link{.kind = LinkKind::Pcie, .pcieGen = 3, .pcieWidth = 8});
+  (void)host;
+  std::string text;
+  REQUIRE_NOTHROW(text = writeJson(t));
+  const Topology back = parseJson(text, "written.json");
+  CHECK(back.count(VertexKind::Nic) == 1);
+  CHECK(back.vertex(back.nics().front()).netName != t.vertex(nic).netName);  // replaced, not copied raw
+}
