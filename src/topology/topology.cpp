@@ -7,8 +7,10 @@
 #include <deque>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "common/error.hpp"
+#include "topology/cluster.hpp"
 
 namespace topoccl::topo {
 
@@ -294,6 +296,95 @@ PathClass classify(const Topology& topo, const std::vector<VertexId>& route) {
   return gpuRelay ? PathClass::NVB : PathClass::NVL;
 }
 
+// Widest of the shortest routes from a NIC across the network: network links only, relaying only
+// through network switches (so a route never enters a host on the way).
+struct NetworkRoutes {
+  std::vector<int> dist, parent;
+  std::vector<double> width;
+};
+
+NetworkRoutes networkRoutesFrom(const Topology& topo, VertexId nic) {
+  const int n = topo.vertexCount();
+  NetworkRoutes r{std::vector<int>(n, -1), std::vector<int>(n, -1), std::vector<double>(n, 0)};
+  std::vector<std::vector<const Link*>> adjacency(n);
+  for (const Link& l : topo.links())
+    if (l.kind == LinkKind::Network) adjacency[l.from].push_back(&l);
+  r.dist[nic] = 0;
+  r.width[nic] = 1e300;
+  std::deque<VertexId> queue{nic};
+  while (!queue.empty()) {
+    VertexId u = queue.front();
+    queue.pop_front();
+    if (u != nic && topo.vertex(u).kind != VertexKind::NetSwitch) continue;
+    for (const Link* l : adjacency[u]) {
+      double w = std::min(r.width[u], l->bandwidthGBs);
+      if (r.dist[l->to] == -1) {
+        r.dist[l->to] = r.dist[u] + 1;
+        r.parent[l->to] = u;
+        r.width[l->to] = w;
+        queue.push_back(l->to);
+      } else if (r.dist[l->to] == r.dist[u] + 1 && w > r.width[l->to]) {
+        r.parent[l->to] = u;
+        r.width[l->to] = w;
+      }
+    }
+  }
+  return r;
+}
+
+// The NIC a device uses to leave (or enter) its host: itself, a GPU's rail NIC, else the nearest.
+std::optional<VertexId> hostNicOf(const Topology& topo, VertexId v) {
+  if (topo.vertex(v).kind == VertexKind::Nic) return v;
+  if (topo.vertex(v).kind == VertexKind::Gpu) return topo.railNic(v);
+  std::vector<VertexId> nearest = topo.nearestNics(v);
+  if (nearest.empty()) return std::nullopt;
+  return nearest.front();
+}
+
+// Between hosts: out through the source's NIC, across the switches, in through the destination's NIC.
+// When the network cannot reach the destination's NIC from the source's (different rails, no spine),
+// the route enters the destination host through the reachable NIC nearest to the destination.
+std::optional<Path> crossHostPath(const Topology& topo, VertexId from, VertexId to) {
+  std::optional<VertexId> out = hostNicOf(topo, from), in = hostNicOf(topo, to);
+  if (!out || !in) return std::nullopt;
+  Path first = topo.path(from, *out);
+  if (!first.exists() || first.cls == PathClass::NET) return std::nullopt;
+  NetworkRoutes net = networkRoutesFrom(topo, *out);
+  std::optional<VertexId> entry;
+  if (net.dist[*in] >= 0) {
+    entry = *in;
+  } else {
+    std::optional<std::tuple<PathClass, double, int, std::string>> best;
+    for (VertexId nic : topo.nics()) {
+      if (topo.vertex(nic).host != topo.vertex(to).host || net.dist[nic] < 0) continue;
+      Path last = topo.path(nic, to);
+      if (!last.exists() || last.cls == PathClass::NET) continue;
+      double width = last.hops ? std::min(last.bandwidthGBs, net.width[nic]) : net.width[nic];
+      auto score = std::make_tuple(last.cls, -width, net.dist[nic] + last.hops, topo.vertex(nic).busId);
+      if (!best || score < *best) {
+        best = score;
+        entry = nic;
+      }
+    }
+  }
+  if (!entry) return std::nullopt;
+  Path last = topo.path(*entry, to);
+  if (!last.exists() || last.cls == PathClass::NET) return std::nullopt;
+  std::vector<VertexId> middle;
+  for (VertexId v = *entry; v != -1; v = net.parent[v]) middle.push_back(v);
+  std::reverse(middle.begin(), middle.end());
+  Path p;
+  p.vertices = first.vertices;
+  p.vertices.insert(p.vertices.end(), middle.begin() + 1, middle.end());
+  p.vertices.insert(p.vertices.end(), last.vertices.begin() + 1, last.vertices.end());
+  p.hops = first.hops + net.dist[*entry] + last.hops;
+  p.bandwidthGBs = net.width[*entry];
+  if (first.hops) p.bandwidthGBs = std::min(p.bandwidthGBs, first.bandwidthGBs);
+  if (last.hops) p.bandwidthGBs = std::min(p.bandwidthGBs, last.bandwidthGBs);
+  p.cls = PathClass::NET;
+  return p;
+}
+
 }  // namespace
 
 std::vector<Path> Topology::computePathsFrom(VertexId from) const {
@@ -358,13 +449,18 @@ const std::vector<Path>& Topology::pathsFrom(VertexId from) const {
 Path Topology::path(VertexId from, VertexId to) const {
   if (from < 0 || to < 0 || from >= vertexCount() || to >= vertexCount())
     throwInvalidArgument("topology: path between unknown vertices");
+  const int fromHost = vertex(from).host, toHost = vertex(to).host;
+  if (fromHost != toHost && fromHost != kNoHost && toHost != kNoHost) {
+    if (std::optional<Path> p = crossHostPath(*this, from, to)) return *p;
+    return pathsFrom(from)[to];
+  }
   Path direct = pathsFrom(from)[to];
   if (vertex(from).kind != VertexKind::Gpu || vertex(to).kind != VertexKind::Nic || direct.cls <= PathClass::PXB)
     return direct;
   // PXN: NVLink to a peer GPU that sits next to the NIC, then PCIe from there (NCCL's rail trick).
   std::optional<Path> best;
   for (VertexId peer : gpus()) {
-    if (peer == from) continue;
+    if (peer == from || vertex(peer).host != vertex(from).host) continue;
     const Path& toPeer = pathsFrom(from)[peer];
     const Path& peerToNic = pathsFrom(peer)[to];
     if (toPeer.cls != PathClass::NVL || peerToNic.cls > PathClass::PXB) continue;
