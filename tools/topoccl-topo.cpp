@@ -1,23 +1,40 @@
-// topoccl-topo: print, classify, draw and convert topologies from files or presets.
+// topoccl-topo: print, classify, draw and convert topologies from files, presets or this machine (live).
 #include <CLI/CLI.hpp>
 
+#include <cctype>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <set>
+#include <string>
 
 #include "topoccl/error.hpp"
+#include "topology/discovery.hpp"
 #include "topology/loaders.hpp"
 
 using namespace topoccl::topo;
 
 namespace {
 
-Topology loadSelected(const std::string& file, const std::string& preset) {
+// --preset, --file, --live (this machine, ignoring any file override), or by default what topoccl
+// itself would use: TOPOCCL_TOPO_FILE / NCCL_TOPO_FILE when set, else live discovery.
+Topology loadSelected(const std::string& file, const std::string& preset, bool live) {
   if (!preset.empty()) return loadPreset(preset);
   if (!file.empty()) return loadTopologyFile(file);
-  std::string fromEnv = topologyFileOverride();
-  if (!fromEnv.empty()) return loadTopologyFile(fromEnv);
-  throw topoccl::Error(ncclInvalidArgument, "give --file or --preset (live discovery is not built yet)");
+  if (live) return discoverLiveTopology();
+  return loadHostTopology();
+}
+
+// Cores in an affinity mask "0000ffff,00000003".
+int cpuCount(const std::string& affinity) {
+  int n = 0;
+  for (char c : affinity) {
+    if (!std::isxdigit(static_cast<unsigned char>(c))) continue;
+    const unsigned digit = std::isdigit(static_cast<unsigned char>(c)) ? static_cast<unsigned>(c - '0')
+                                                                        : static_cast<unsigned>(std::tolower(c) - 'a' + 10);
+    n += __builtin_popcount(digit);
+  }
+  return n;
 }
 
 std::string label(const Topology& t, VertexId id) {
@@ -27,18 +44,24 @@ std::string label(const Topology& t, VertexId id) {
 }
 
 void show(const Topology& t) {
-  std::printf("topology %s  fingerprint %s  (%d GPUs, %d NICs, %d CPUs)\n", t.source.c_str(), t.fingerprint().c_str(),
-              t.count(VertexKind::Gpu), t.count(VertexKind::Nic), t.count(VertexKind::Cpu));
+  std::printf("topology %s%s%s  fingerprint %s  (%d GPUs, %d NICs, %d CPUs/NUMA nodes)\n", t.source.c_str(),
+              t.name.empty() ? "" : "  name ", t.name.c_str(), t.fingerprint().c_str(), t.count(VertexKind::Gpu),
+              t.count(VertexKind::Nic), t.count(VertexKind::Cpu));
   std::vector<bool> seen(t.vertexCount(), false);
   // The PCIe tree under each CPU, then the links that are not part of it.
   std::function<void(VertexId, int)> tree = [&](VertexId id, int depth) {
     seen[id] = true;
     const Vertex& v = t.vertex(id);
     std::printf("%*s%s %s", depth * 2, "", vertexKindName(v.kind), describeVertex(t, id).c_str());
-    if (v.kind == VertexKind::Cpu) std::printf(" numa=%d affinity=%s", v.numaId, v.cpuAffinity.c_str());
+    if (v.kind == VertexKind::Cpu)
+      std::printf(" numa=%d affinity=%s (%d cores) %s", v.numaId, v.cpuAffinity.c_str(), cpuCount(v.cpuAffinity), v.cpuVendor.c_str());
     if (v.kind == VertexKind::Gpu) std::printf(" index=%d sm=%d", v.gpuIndex, v.sm);
-    if (v.kind == VertexKind::Nic)
-      std::printf(" %s %.0fGb/s %s%s", v.netName.c_str(), v.speedGbps, linkLayerName(v.linkLayer), v.gpuDirect ? " gdr" : "");
+    if (v.kind == VertexKind::Nic) {
+      std::printf(" %s ", v.netName.c_str());
+      if (v.speedGbps > 0) std::printf("%gGb/s", v.speedGbps);
+      else std::printf("speed-unknown");
+      std::printf(" %s%s pci=%04x:%04x", linkLayerName(v.linkLayer), v.gpuDirect ? " gdr" : "", v.pciVendor, v.pciDevice);
+    }
     std::printf("\n");
     for (const Link* l : t.linksFrom(id))
       if (l->kind == LinkKind::Pcie && !seen[l->to] && t.vertex(l->to).kind != VertexKind::Cpu) tree(l->to, depth + 1);
@@ -72,6 +95,7 @@ void paths(const Topology& t) {
                 cpu ? std::to_string(t.vertex(*cpu).numaId).c_str() : "N/A");
   }
   std::printf("\ncells: NCCL path class / bottleneck GB/s\n");
+  if (t.gpus().empty()) std::printf("no GPUs in this topology\n");
   for (VertexId g : t.gpus()) {
     std::string names;
     for (VertexId n : t.nearestNics(g)) names += (names.empty() ? "" : ",") + label(t, n);
@@ -116,9 +140,14 @@ int main(int argc, char** argv) {
   CLI::App app{"topoccl-topo: show, classify, draw and convert GPU server topologies"};
   app.require_subcommand(1);
   std::string file, preset, format = "json";
+  bool live = false;
   auto addSource = [&](CLI::App* sub) {
-    sub->add_option("--file", file, "NCCL XML, hwloc XML v2 or topoccl JSON file");
-    sub->add_option("--preset", preset, "built-in machine")->check(CLI::IsMember(presetNames()));
+    CLI::Option* fileOpt = sub->add_option("--file", file, "NCCL XML, hwloc XML v2 or topoccl JSON file");
+    CLI::Option* presetOpt = sub->add_option("--preset", preset, "built-in machine")->check(CLI::IsMember(presetNames()));
+    sub->add_flag("--live", live, "discover this machine (hwloc, sysfs, NVML), ignoring TOPOCCL_TOPO_FILE/NCCL_TOPO_FILE")
+        ->excludes(fileOpt)
+        ->excludes(presetOpt);
+    sub->footer("Without --file, --preset or --live: TOPOCCL_TOPO_FILE / NCCL_TOPO_FILE when set, else this machine.");
   };
   CLI::App* showCmd = app.add_subcommand("show", "print the graph as a tree plus its links");
   CLI::App* pathsCmd = app.add_subcommand("paths", "GPU/NIC matrix of NCCL path classes and bandwidths");
@@ -132,7 +161,7 @@ int main(int argc, char** argv) {
   for (CLI::App* sub : {showCmd, pathsCmd, dotCmd, exportCmd, svgCmd, pngCmd}) addSource(sub);
   CLI11_PARSE(app, argc, argv);
   try {
-    Topology t = loadSelected(file, preset);
+    Topology t = loadSelected(file, preset, live);
     if (*showCmd) show(t);
     if (*pathsCmd) paths(t);
     if (*dotCmd) dot(t, stdout);

@@ -48,5 +48,11 @@ inline const Param<std::string> kTopoFile{"TOPOCCL_TOPO_FILE", "",
                                           "Topology file (NCCL XML, hwloc XML v2 or topoccl JSON) that replaces discovery"};
 inline const Param<std::string> kNcclTopoFile{"NCCL_TOPO_FILE", "",
                                               "NCCL's topology file; used when TOPOCCL_TOPO_FILE is not set"};
+inline const Param<bool> kTopoFuse{"TOPOCCL_TOPO_FUSE", true,
+                                   "Gather every host's topology at communicator creation and fuse the cluster graph"};
+inline const Param<std::string> kTopoDumpFile{"TOPOCCL_TOPO_DUMP_FILE", "",
+                                              "Write the host topology (file or live discovery) here as NCCL XML"};
+inline const Param<std::string> kNcclTopoDumpFile{"NCCL_TOPO_DUMP_FILE", "",
+                                                  "NCCL's dump file; used when TOPOCCL_TOPO_DUMP_FILE is not set"};
 
 }  // namespace topoccl::params

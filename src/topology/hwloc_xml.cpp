@@ -238,7 +238,10 @@ class HwlocXmlReader {
       vertexByGpIndex_[gp] = -1;
       return;
     }
-    if (base == 0x03 || base == 0x12) {
+    // Display controllers of other vendors (a server's ASPEED/Matrox BMC VGA, a VM's emulated VGA) are
+    // not GPUs for collectives; vendor 0 means unknown (sysfs snapshots without ids).
+    const bool gpuVendor = t.vendor == 0x10de || t.vendor == 0x1002 || t.vendor == 0;
+    if ((base == 0x03 || base == 0x12) && gpuVendor) {
       v.kind = VertexKind::Gpu;
       for (pugi::xml_node os : obj.children("object")) {
         std::string model = infoValue(os, "GPUModel");
