@@ -4,7 +4,10 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <algorithm>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <random>
 #include <set>
 #include <sstream>
@@ -16,6 +19,8 @@
 #include "common/params.hpp"
 #include "core/execution.hpp"
 #include "kernels/host_reduce.hpp"
+#include "topology/cluster.hpp"
+#include "topology/discovery.hpp"
 #include "transport/local/local_transport.hpp"
 #include "transport/shm/shm_transport.hpp"
 #include "transport/socket/socket_transport.hpp"
@@ -48,6 +53,28 @@ std::string hostIdentity() {
   std::string bootId;
   std::ifstream("/proc/sys/kernel/random/boot_id") >> bootId;
   return std::string(host) + "/" + bootId;
+}
+
+// This host's serialized report, discovered once per process (every communicator of the process asks).
+// An empty result carries the reason the host could not describe itself.
+struct HostReportCache {
+  std::string report;
+  std::string problem;
+};
+
+const HostReportCache& hostReport(const std::string& hostId) {
+  static std::mutex mutex;
+  static std::map<std::string, HostReportCache> byHost;  // NCCL_HOSTID may differ between threads' comms
+  std::lock_guard lock(mutex);
+  auto [it, inserted] = byHost.try_emplace(hostId);
+  if (inserted) {
+    try {
+      it->second.report = topo::serializeHostReport({hostId, topo::loadHostTopology()});
+    } catch (const std::exception& e) {
+      it->second.problem = e.what();
+    }
+  }
+  return it->second;
 }
 
 // What each rank publishes at init; fixed size so one allGather carries it.
@@ -147,6 +174,7 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
     places.push_back({w.hostId, w.processToken});
   }
   locality_ = std::make_unique<topo::Locality>(std::move(places));
+  if (params::kTopoFuse.get()) gatherClusterTopology();
 
   // A pair uses a transport only if both ends allow it, so both ends always choose alike.
   peerRoute_.assign(nranks_, Route::Socket);
@@ -171,6 +199,59 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
     TOPOCCL_INFO(log::kTuning, "selection table:\n%s", selection_->describe().c_str());
   }
   engine_ = std::thread([this] { progressLoop(); });
+}
+
+// Each host's lowest rank publishes its host's report; every rank fuses the same set of reports, so
+// all ranks hold the same graph. Failure to describe a host is a warning: the cluster graph is an
+// input to plan choice, and the transports do not need it.
+void Communicator::gatherClusterTopology() {
+  const int myHost = locality_->hostIndex(rank_);
+  const bool leader = locality_->ranksOnHost(myHost).front() == rank_;
+  std::string report;
+  if (leader) {
+    const HostReportCache& mine = hostReport(peers_[rank_].hostId);
+    report = mine.report;
+    if (report.empty())
+      TOPOCCL_WARN("topology: host %s could not describe itself: %s", peers_[rank_].hostId.c_str(),
+                   mine.problem.c_str());
+  }
+  std::vector<uint64_t> sizes(nranks_, 0);
+  sizes[rank_] = report.size();
+  bootstrap_->allGather(sizes.data(), sizeof(uint64_t));
+  const uint64_t widest = *std::max_element(sizes.begin(), sizes.end());
+  for (int host = 0; host < locality_->nhosts(); ++host)
+    if (sizes[locality_->ranksOnHost(host).front()] == 0) {
+      if (rank_ == 0)
+        TOPOCCL_WARN("topology: no report from host %s (rank %d); no cluster graph",
+                     peers_[locality_->ranksOnHost(host).front()].hostId.c_str(), locality_->ranksOnHost(host).front());
+      if (widest == 0) return;
+      break;
+    }
+  std::vector<char> all(static_cast<size_t>(nranks_) * widest, 0);
+  std::memcpy(all.data() + static_cast<size_t>(rank_) * widest, report.data(), report.size());
+  bootstrap_->allGather(all.data(), widest);  // every rank joins, so the calls stay paired
+  std::vector<topo::HostReport> reports;
+  try {
+    for (int r = 0; r < nranks_; ++r) {
+      if (sizes[r] == 0) continue;
+      reports.push_back(topo::parseHostReport(std::string(all.data() + static_cast<size_t>(r) * widest, sizes[r])));
+    }
+    if (reports.size() != static_cast<size_t>(locality_->nhosts())) return;  // warned above
+    auto fused = std::make_shared<topo::Topology>(topo::fuseHosts(reports, topo::FuseOptions{}));
+    const std::vector<std::string> order = topo::fusedHostOrder(reports);
+    clusterHostOfRank_.assign(nranks_, -1);
+    for (int r = 0; r < nranks_; ++r)
+      clusterHostOfRank_[r] = static_cast<int>(std::find(order.begin(), order.end(), peers_[r].hostId) - order.begin());
+    clusterTopology_ = std::move(fused);
+  } catch (const std::exception& e) {
+    clusterHostOfRank_.clear();
+    TOPOCCL_WARN("topology: cannot fuse the hosts' reports: %s", e.what());
+    return;
+  }
+  TOPOCCL_INFO(log::kInit | log::kGraph, "topology: %d hosts, %d GPUs, %d NICs, %d vertices, fingerprint %s",
+               locality_->nhosts(), clusterTopology_->count(topo::VertexKind::Gpu),
+               clusterTopology_->count(topo::VertexKind::Nic), clusterTopology_->vertexCount(),
+               clusterTopology_->fingerprint().c_str());
 }
 
 Communicator::~Communicator() {

@@ -25,6 +25,7 @@
 #include "common/datatype.hpp"
 #include "core/work.hpp"
 #include "topology/locality.hpp"
+#include "topology/topology.hpp"
 #include "transport/transport.hpp"
 
 
@@ -79,6 +80,11 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   int nranks() const { return nranks_; }
   const CommOptions& options() const { return options_; }
   const topo::Locality& locality() const { return *locality_; }
+  // The cluster graph fused from every host's report at creation (identical on every rank), or null
+  // when TOPOCCL_TOPO_FUSE=0 or a host could not describe itself (logged as a warning).
+  const topo::Topology* clusterTopology() const { return clusterTopology_.get(); }
+  // The host index of `rank` in clusterTopology() (Vertex::host), -1 without a cluster graph.
+  int clusterHost(int rank) const { return clusterHostOfRank_.empty() ? -1 : clusterHostOfRank_[rank]; }
 
   // Queues a group of operations that progress together; returns at once.
   std::shared_ptr<Work> submit(std::vector<Operation> operations);
@@ -103,6 +109,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
  private:
   Communicator(int rank, int nranks, CommOptions options);
   void initialize(const bootstrap::UniqueId& id);
+  void gatherClusterTopology();
   void progressLoop();
   void runGroup(std::vector<Operation>& operations);
   transport::Connection* connection(int peer, int channel);
@@ -123,6 +130,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::unique_ptr<bootstrap::Bootstrap> bootstrap_;
   std::unique_ptr<topo::Locality> locality_;
   std::vector<transport::PeerInfo> peers_;
+  std::shared_ptr<const topo::Topology> clusterTopology_;
+  std::vector<int> clusterHostOfRank_;
   transport::CommIdentity identity_;
   // Agreed at init (rank 0's values), so every rank builds the same plans and slices.
   size_t sliceBytes_ = 0;
