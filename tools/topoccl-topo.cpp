@@ -1,6 +1,7 @@
 // topoccl-topo: print, classify, draw and convert topologies from files, presets or this machine (live).
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <functional>
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "topoccl/error.hpp"
+#include "topology/cluster.hpp"
 #include "topology/discovery.hpp"
 #include "topology/loaders.hpp"
 
@@ -37,10 +39,14 @@ int cpuCount(const std::string& affinity) {
   return n;
 }
 
+// "GPU3", "mlx5_0"; in a cluster prefixed by the host ("h1:GPU3"), since indices repeat per host.
 std::string label(const Topology& t, VertexId id) {
   const Vertex& v = t.vertex(id);
-  if (v.kind == VertexKind::Gpu) return "GPU" + std::to_string(v.gpuIndex);
-  return v.kind == VertexKind::Nic && !v.netName.empty() ? v.netName : v.name;
+  const bool cluster = std::any_of(t.vertices().begin(), t.vertices().end(), [](const Vertex& u) { return u.host > 0; });
+  const std::string prefix = cluster && v.host >= 0 ? "h" + std::to_string(v.host) + ":" : "";
+  if (v.kind == VertexKind::Gpu) return prefix + "GPU" + std::to_string(v.gpuIndex);
+  if (v.kind == VertexKind::Nic && !v.netName.empty()) return prefix + v.netName;
+  return v.name;
 }
 
 void show(const Topology& t) {
@@ -106,15 +112,25 @@ void paths(const Topology& t) {
 void dot(const Topology& t, FILE* out) {
   std::fprintf(out, "graph topology {\n  node [shape=box, fontname=\"Helvetica\"];\n");
   static const char* kColour[] = {"white", "lightblue", "lightgrey", "palegreen", "gold", "orange", "white", "grey"};
-  for (VertexId id = 0; id < t.vertexCount(); ++id) {
-    const Vertex& v = t.vertex(id);
-    if (v.kind == VertexKind::Host) continue;
-    std::fprintf(out, "  \"%s\" [label=\"%s\\n%s\", style=filled, fillcolor=%s];\n", v.name.c_str(), label(t, id).c_str(),
-                v.busId.c_str(), kColour[static_cast<int>(v.kind)]);
+  // One box per host when there are several (a cluster); the network's switches stay outside.
+  int hosts = 0;
+  for (const Vertex& v : t.vertices()) hosts = std::max(hosts, v.host + 1);
+  for (int h = -1; h < hosts; ++h) {
+    if (hosts > 1 && h >= 0) std::fprintf(out, "  subgraph cluster_h%d {\n  label=\"host %d\"; style=rounded;\n", h, h);
+    for (VertexId id = 0; id < t.vertexCount(); ++id) {
+      const Vertex& v = t.vertex(id);
+      if (v.kind == VertexKind::Host || (hosts > 1 && v.host != h) || (hosts <= 1 && h != -1)) continue;
+      std::fprintf(out, "  \"%s\" [label=\"%s\\n%s\", style=filled, fillcolor=%s];\n", v.name.c_str(), label(t, id).c_str(),
+                   v.busId.c_str(), kColour[static_cast<int>(v.kind)]);
+    }
+    if (hosts > 1 && h >= 0) std::fprintf(out, "  }\n");
   }
   for (const Link& l : t.links()) {
     if (l.from > l.to) continue;
-    const char* style = l.kind == LinkKind::NvLink ? "color=green, penwidth=2" : l.kind == LinkKind::CpuInterconnect ? "style=dashed" : "color=black";
+    const char* style = l.kind == LinkKind::NvLink             ? "color=green, penwidth=2"
+                        : l.kind == LinkKind::CpuInterconnect ? "style=dashed"
+                        : l.kind == LinkKind::Network         ? "color=blue"
+                                                              : "color=black";
     std::fprintf(out, "  \"%s\" -- \"%s\" [label=\"%.0f\", %s];\n", t.vertex(l.from).name.c_str(), t.vertex(l.to).name.c_str(),
                 l.bandwidthGBs, style);
   }
@@ -141,12 +157,18 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::string file, preset, format = "json";
   bool live = false;
+  int hosts = 1, spines = 0;
+  std::string network = "rail";
   auto addSource = [&](CLI::App* sub) {
     CLI::Option* fileOpt = sub->add_option("--file", file, "NCCL XML, hwloc XML v2 or topoccl JSON file");
     CLI::Option* presetOpt = sub->add_option("--preset", preset, "built-in machine")->check(CLI::IsMember(presetNames()));
     sub->add_flag("--live", live, "discover this machine (hwloc, sysfs, NVML), ignoring TOPOCCL_TOPO_FILE/NCCL_TOPO_FILE")
         ->excludes(fileOpt)
         ->excludes(presetOpt);
+    sub->add_option("--hosts", hosts, "a cluster of this many copies of the machine")->check(CLI::Range(1, 4096));
+    sub->add_option("--network", network, "cluster network: rail (NIC k of every host on switch rail<k>) or switch (one switch)")
+        ->check(CLI::IsMember({"rail", "switch"}));
+    sub->add_option("--spines", spines, "rail network: spine switches joining the rails")->check(CLI::Range(0, 64));
     sub->footer("Without --file, --preset or --live: TOPOCCL_TOPO_FILE / NCCL_TOPO_FILE when set, else this machine.");
   };
   CLI::App* showCmd = app.add_subcommand("show", "print the graph as a tree plus its links");
@@ -162,6 +184,12 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     Topology t = loadSelected(file, preset, live);
+    if (hosts > 1 || spines > 0) {
+      ClusterSpec spec{.hosts = hosts};
+      spec.network.shape = network == "rail" ? NetworkShape::RailOptimized : NetworkShape::SingleSwitch;
+      spec.network.spines = spines;
+      t = buildCluster(t, spec);
+    }
     if (*showCmd) show(t);
     if (*pathsCmd) paths(t);
     if (*dotCmd) dot(t, stdout);
