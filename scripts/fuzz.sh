@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets in tests/fuzz with clang++ (-fsanitize=fuzzer,address,undefined) into
 # ${TOPOCCL_FUZZ_BUILD_DIR:-build-fuzz} and runs the topology-loader fuzzer for [seconds] (default 60)
-# on a temporary copy of the seed corpus (tests/data/*.xml, tests/fuzz/corpus/*). Exits 0 without
+# with libFuzzer seed ${TOPOCCL_FUZZ_SEED:-0} (0: a fresh one, printed in the log) on a temporary copy of the seed corpus (tests/data/*.xml, tests/fuzz/corpus/*). Exits 0 without
 # doing anything where no clang++ with libFuzzer is installed. A crash leaves its input in
 # <build>/artifacts/; replay it with <build>/fuzz_topology_loaders <file>.
 set -euo pipefail
@@ -32,12 +32,12 @@ cp tests/data/*.xml tests/fuzz/corpus/* "$work/corpus/"
 max_len=65536
 echo "fuzz: fuzz_topology_loaders for ${seconds}s on $(ls "$work/corpus" | wc -l) seeds (max_len $max_len)"
 status=0
-"$build/fuzz_topology_loaders" -max_total_time="$seconds" -max_len=$max_len -timeout=10 -rss_limit_mb=2048 \
+"$build/fuzz_topology_loaders" -seed="${TOPOCCL_FUZZ_SEED:-0}" -max_total_time="$seconds" -max_len=$max_len -timeout=10 -rss_limit_mb=2048 \
   -print_final_stats=1 -artifact_prefix="$build/artifacts/" "$work/corpus" >"$work/fuzz.log" 2>&1 || status=$?
 if [ "$status" -ne 0 ]; then
   tail -n 120 "$work/fuzz.log"
   echo "fuzz: FAILED (exit $status); reproducer in $build/artifacts/, replay: $build/fuzz_topology_loaders <file>"
   exit 1
 fi
-grep -E '^(Done|stat::number_of_executed_units|stat::peak_rss_mb)' "$work/fuzz.log" || true
+grep -E '(Seed: |^Done|stat::number_of_executed_units|stat::peak_rss_mb)' "$work/fuzz.log" || true
 echo "fuzz: passed"

@@ -337,7 +337,8 @@ class NcclXmlWriter {
 
   static void writeNic(pugi::xml_node nic, const Vertex& v) {
     pugi::xml_node net = nic.append_child("net");
-    net.append_attribute("name") = v.netName.empty() ? v.name.c_str() : v.netName.c_str();
+    // An unknown name stays unknown (empty): inventing one would change the graph on a round trip.
+    net.append_attribute("name") = v.netName.c_str();
     net.append_attribute("dev") = 0;
     net.append_attribute("speed") = static_cast<int>(v.speedGbps * 1000 + 0.5);
     net.append_attribute("port") = 1;

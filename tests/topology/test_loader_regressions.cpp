@@ -63,3 +63,15 @@ TEST_CASE("regressions: writeJson never throws on names that are not UTF-8", "[r
   CHECK(back.count(VertexKind::Nic) == 1);
   CHECK(back.vertex(back.nics().front()).netName != t.vertex(nic).netName);  // replaced, not copied raw
 }
+
+TEST_CASE("regressions: a NIC without a <net> keeps no name through an NCCL XML round trip", "[regression]") {
+  // Fuzzer finding: the writer used the vertex name ("nic0") as the net name, so the rewritten file differed.
+  const std::string xml = "<system version=\"1\">\n <cpu numaid=\"0\" affinity=\"ff\" arch=\"x86_64\">\n"
+                          "  <nic>\n   <n name=\"eth0\"/>\n  </nic>\n </cpu>\n</system>\n";
+  const Topology first = parseNcclXml(xml, "nic-without-net.xml");
+  REQUIRE(first.count(VertexKind::Nic) == 1);
+  CHECK(first.vertex(first.nics().front()).netName.empty());
+  const Topology again = parseNcclXml(writeNcclXml(first), "rewritten.xml");
+  CHECK(again.vertex(again.nics().front()).netName.empty());
+  CHECK(again.fingerprint() == first.fingerprint());
+}
