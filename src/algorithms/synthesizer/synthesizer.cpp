@@ -1,0 +1,620 @@
+#include "algorithms/synthesizer/synthesizer.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <limits>
+#include <map>
+#include <optional>
+#include <tuple>
+
+#include "algorithms/generators.hpp"
+#include "algorithms/validator.hpp"
+#include "common/error.hpp"
+
+namespace topoccl::algo::synth {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+ChunkRange input(uint32_t offset, uint32_t count = 1) { return {BufferId::Input, offset, count}; }
+ChunkRange output(uint32_t offset, uint32_t count = 1) { return {BufferId::Output, offset, count}; }
+ChunkRange scratch(uint32_t offset, uint32_t count = 1) { return {BufferId::Scratch, offset, count}; }
+
+size_t idx(int v) { return static_cast<size_t>(v); }
+
+uint32_t chunksPerBlockOf(Collective c, int n, uint32_t chunksPerRank) {
+  return c == Collective::AllReduce ? static_cast<uint32_t>(n) * chunksPerRank : chunksPerRank;
+}
+
+double chunkBytesOf(Collective c, int n, uint64_t bytes, uint32_t chunksPerRank) {
+  return blockBytes(c, n, bytes) / static_cast<double>(chunksPerBlockOf(c, n, chunksPerRank));
+}
+
+// Time of one chunk alone on the route u -> v (what it holds each of the route's resources for).
+double transferTime(const CostModel& model, int u, int v, double chunkBytes) {
+  const CostRoute& r = model.route(u, v);
+  return r.latencyUs + chunkBytes * r.betaUsPerByte;
+}
+
+// ---- ordering: list scheduling of the transfers -----------------------------------------------------
+
+struct Transfer {
+  uint32_t chunk = 0;  // k = source * C + part
+  int from = -1, to = -1;
+  bool reduce = false;  // reduce-scatter phase (towards the tree's root)
+  std::vector<uint32_t> preds, succs;
+  double cost = 0;
+  double start = 0, end = 0;
+  double remaining = 0;  // longest path from this transfer (inclusive) to the end
+  uint32_t topo = 0;     // position in a topological order
+};
+
+std::vector<std::vector<int>> childrenOf(const Tree& tree) {
+  std::vector<std::vector<int>> children(tree.parent.size());
+  for (size_t v = 0; v < tree.parent.size(); ++v) {
+    if (tree.parent[v] >= 0) children[idx(tree.parent[v])].push_back(static_cast<int>(v));
+  }
+  return children;
+}
+
+std::vector<Transfer> buildTransfers(Collective c, const std::vector<Tree>& trees, const CostModel& model,
+                                     double chunkBytes) {
+  const int n = model.nranks();
+  std::vector<Transfer> all;
+  const auto add = [&](uint32_t k, int from, int to, bool reduce) {
+    Transfer t;
+    t.chunk = k;
+    t.from = from;
+    t.to = to;
+    t.reduce = reduce;
+    t.cost = transferTime(model, from, to, chunkBytes) + (reduce ? model.gammaUsPerByte * chunkBytes : 0.0);
+    all.push_back(std::move(t));
+    return static_cast<uint32_t>(all.size() - 1);
+  };
+  for (size_t k = 0; k < trees.size(); ++k) {
+    const Tree& tree = trees[k];
+    const int s = tree.source;
+    const auto children = childrenOf(tree);
+    const auto chunk = static_cast<uint32_t>(k);
+    std::vector<uint32_t> rs(idx(n), UINT32_MAX), ag(idx(n), UINT32_MAX);
+    if (c != Collective::AllGather) {
+      for (int v = 0; v < n; ++v)
+        if (v != s) rs[idx(v)] = add(chunk, v, tree.parent[idx(v)], true);
+      for (int v = 0; v < n; ++v)
+        if (v != s)
+          for (int ch : children[idx(v)]) all[rs[idx(v)]].preds.push_back(rs[idx(ch)]);
+    }
+    if (c != Collective::ReduceScatter) {
+      for (int v = 0; v < n; ++v)
+        if (v != s) ag[idx(v)] = add(chunk, tree.parent[idx(v)], v, false);
+      for (int v = 0; v < n; ++v) {
+        if (v == s) continue;
+        const int u = tree.parent[idx(v)];
+        if (u != s) {
+          all[ag[idx(v)]].preds.push_back(ag[idx(u)]);
+        } else if (c == Collective::AllReduce) {
+          for (int ch : children[idx(s)]) all[ag[idx(v)]].preds.push_back(rs[idx(ch)]);
+        }
+      }
+    }
+  }
+  for (uint32_t t = 0; t < all.size(); ++t)
+    for (uint32_t p : all[t].preds) all[p].succs.push_back(t);
+  return all;
+}
+
+// Topological positions and longest remaining paths; then greedy list scheduling on the resources.
+void schedule(std::vector<Transfer>& all, const CostModel& model, Order order) {
+  const size_t count = all.size();
+  std::vector<uint32_t> pending(count), topoOrder;
+  topoOrder.reserve(count);
+  for (size_t t = 0; t < count; ++t) pending[t] = static_cast<uint32_t>(all[t].preds.size());
+  {
+    std::vector<uint32_t> queue;
+    for (uint32_t t = 0; t < count; ++t)
+      if (pending[t] == 0) queue.push_back(t);
+    std::vector<uint32_t> left = pending;
+    for (size_t head = 0; head < queue.size(); ++head) {
+      const uint32_t t = queue[head];
+      all[t].topo = static_cast<uint32_t>(topoOrder.size());
+      topoOrder.push_back(t);
+      for (uint32_t s : all[t].succs)
+        if (--left[s] == 0) queue.push_back(s);
+    }
+    if (topoOrder.size() != count) throwInternalError("synthesizer: cyclic transfer graph");
+  }
+  for (size_t i = count; i-- > 0;) {
+    Transfer& t = all[topoOrder[i]];
+    double best = 0;
+    for (uint32_t s : t.succs) best = std::max(best, all[s].remaining);
+    t.remaining = t.cost + best;
+  }
+
+  std::vector<double> resourceFree(model.resources().size(), 0.0);
+  std::vector<double> readyAt(count, 0.0);
+  std::vector<uint32_t> ready;
+  for (uint32_t t = 0; t < count; ++t)
+    if (pending[t] == 0) ready.push_back(t);
+  while (!ready.empty()) {
+    size_t bestPos = 0;
+    std::tuple<double, double, uint32_t> bestKey{};
+    double bestStart = 0;
+    for (size_t i = 0; i < ready.size(); ++i) {
+      const uint32_t t = ready[i];
+      double start = readyAt[t];
+      for (int r : model.route(all[t].from, all[t].to).resources) start = std::max(start, resourceFree[idx(r)]);
+      const auto key = order == Order::LongestRemainingFirst ? std::make_tuple(-all[t].remaining, start, t)
+                                                             : std::make_tuple(start, -all[t].remaining, t);
+      if (i == 0 || key < bestKey) {
+        bestKey = key;
+        bestPos = i;
+        bestStart = start;
+      }
+    }
+    const uint32_t t = ready[bestPos];
+    ready.erase(ready.begin() + static_cast<std::ptrdiff_t>(bestPos));
+    Transfer& tr = all[t];
+    tr.start = bestStart;
+    tr.end = bestStart + tr.cost;
+    for (int r : model.route(tr.from, tr.to).resources) resourceFree[idx(r)] = tr.end;
+    for (uint32_t s : tr.succs) {
+      readyAt[s] = std::max(readyAt[s], tr.end);
+      if (--pending[s] == 0) ready.push_back(s);
+    }
+  }
+}
+
+// ---- lowering ----------------------------------------------------------------------------------------
+
+class Lowering {
+ public:
+  Lowering(Collective c, int n, uint32_t chunksPerRank) {
+    plan_.name = "synth";
+    plan_.collective = c;
+    plan_.nranks = n;
+    plan_.root = -1;
+    plan_.chunksPerBlock = chunksPerBlockOf(c, n, chunksPerRank);
+    plan_.ranks.resize(idx(n));
+    for (int r = 0; r < n; ++r) {
+      plan_.inputChunks = std::max(plan_.inputChunks, inputBlocks(c, n, r, -1) * plan_.chunksPerBlock);
+      plan_.outputChunks = std::max(plan_.outputChunks, outputBlocks(c, n, r, -1) * plan_.chunksPerBlock);
+    }
+    lanes_.resize(idx(n));
+  }
+
+  uint16_t lane(int rank, int sendPeer, int recvPeer) {
+    auto& map = lanes_[idx(rank)];
+    const auto key = std::make_pair(sendPeer, recvPeer);
+    const auto it = map.find(key);
+    if (it != map.end()) return it->second;
+    auto& lanes = plan_.ranks[idx(rank)].lanes;
+    lanes.push_back({sendPeer, recvPeer, 0, {}});
+    const auto id = static_cast<uint16_t>(lanes.size() - 1);
+    map.emplace(key, id);
+    return id;
+  }
+
+  StepRef add(int rank, uint16_t laneId, Step step, std::optional<StepRef> dep) {
+    if (dep && dep->lane != laneId) step.deps.push_back(*dep);
+    auto& steps = plan_.ranks[idx(rank)].lanes[laneId].steps;
+    steps.push_back(std::move(step));
+    return {laneId, static_cast<uint32_t>(steps.size() - 1)};
+  }
+
+  Plan& plan() { return plan_; }
+
+ private:
+  Plan plan_;
+  std::vector<std::map<std::pair<int, int>, uint16_t>> lanes_;
+};
+
+int treeDepth(const Tree& tree) {
+  int deepest = 0;
+  for (size_t v = 0; v < tree.parent.size(); ++v) {
+    int d = 0;
+    for (int u = static_cast<int>(v); tree.parent[idx(u)] >= 0; u = tree.parent[idx(u)]) ++d;
+    deepest = std::max(deepest, d);
+  }
+  return deepest;
+}
+
+// ---- tree builders -----------------------------------------------------------------------------------
+
+struct Context {
+  const CostModel& model;
+  int n = 0;
+  double chunkBytes = 0;
+  std::vector<std::vector<bool>> direct;
+  std::vector<std::vector<double>> time;  // transferTime per pair
+};
+
+enum class Builder : uint8_t { Bfs, Pack };
+
+// Grows a tree from s, Prim style: BFS takes the shallowest attachment, then the least loaded; Pack
+// minimises the bottleneck load after the edge plus lambda x the chunk's arrival time there.
+Tree growTree(const Context& ctx, int s, Builder mode, double lambda, int rotation, std::vector<double>& load) {
+  const int n = ctx.n;
+  Tree tree;
+  tree.source = s;
+  tree.parent.assign(idx(n), -1);
+  std::vector<int> members{s};
+  std::vector<bool> in(idx(n), false);
+  std::vector<int> depth(idx(n), 0);
+  std::vector<double> arrive(idx(n), 0.0);
+  in[idx(s)] = true;
+  for (int added = 1; added < n; ++added) {
+    std::optional<std::tuple<double, double, double, int, int>> best;
+    int bu = -1, bv = -1;
+    for (int pass = 0; pass < 2 && bu < 0; ++pass) {
+      for (int u : members) {
+        for (int v = 0; v < n; ++v) {
+          if (in[idx(v)] || (pass == 0 && !ctx.direct[idx(u)][idx(v)])) continue;
+          const double t = ctx.time[idx(u)][idx(v)];
+          double bottleneck = 0;
+          for (int r : ctx.model.route(u, v).resources) bottleneck = std::max(bottleneck, load[idx(r)]);
+          bottleneck += t;
+          const int tie = ((v - s - rotation) % n + 2 * n) % n;
+          const auto key = mode == Builder::Bfs
+                               ? std::make_tuple(static_cast<double>(depth[idx(u)] + 1), bottleneck,
+                                                 arrive[idx(u)] + t, tie, u)
+                               : std::make_tuple(bottleneck + lambda * (arrive[idx(u)] + t),
+                                                 static_cast<double>(depth[idx(u)] + 1), 0.0, tie, u);
+          if (!best || key < *best) {
+            best = key;
+            bu = u;
+            bv = v;
+          }
+        }
+      }
+    }
+    tree.parent[idx(bv)] = bu;
+    in[idx(bv)] = true;
+    depth[idx(bv)] = depth[idx(bu)] + 1;
+    arrive[idx(bv)] = arrive[idx(bu)] + ctx.time[idx(bu)][idx(bv)];
+    members.push_back(bv);
+    for (int r : ctx.model.route(bu, bv).resources) load[idx(r)] += ctx.time[idx(bu)][idx(bv)];
+  }
+  return tree;
+}
+
+void addLoad(const Context& ctx, const Tree& tree, std::vector<double>& load, double sign) {
+  for (int v = 0; v < ctx.n; ++v) {
+    const int u = tree.parent[idx(v)];
+    if (u < 0) continue;
+    for (int r : ctx.model.route(u, v).resources) load[idx(r)] += sign * ctx.time[idx(u)][idx(v)];
+  }
+}
+
+std::vector<Tree> buildTrees(const Context& ctx, uint32_t C, Builder mode, double lambda, int passes, int seedRotation) {
+  const int n = ctx.n;
+  std::vector<Tree> trees(idx(n) * C);
+  std::vector<double> load(ctx.model.resources().size(), 0.0);
+  for (int pass = 0; pass < passes; ++pass) {
+    for (uint32_t p = 0; p < C; ++p) {
+      for (int i = 0; i < n; ++i) {
+        const int s = i;
+        const size_t k = idx(s) * C + p;
+        if (pass > 0) addLoad(ctx, trees[k], load, -1.0);
+        trees[k] = growTree(ctx, s, mode, lambda, seedRotation + static_cast<int>(p), load);
+      }
+    }
+  }
+  return trees;
+}
+
+std::vector<Tree> starTrees(int n, uint32_t C) {
+  std::vector<Tree> trees(idx(n) * C);
+  for (int s = 0; s < n; ++s) {
+    for (uint32_t p = 0; p < C; ++p) {
+      Tree& t = trees[idx(s) * C + p];
+      t.source = s;
+      t.parent.assign(idx(n), s);
+      t.parent[idx(s)] = -1;
+    }
+  }
+  return trees;
+}
+
+std::vector<Tree> ringTrees(int n, uint32_t C, const std::vector<std::vector<int>>& rings) {
+  std::vector<Tree> trees(idx(n) * C);
+  for (int s = 0; s < n; ++s) {
+    for (uint32_t p = 0; p < C; ++p) {
+      const std::vector<int>& ring = rings[p % rings.size()];
+      const auto at = static_cast<size_t>(std::find(ring.begin(), ring.end(), s) - ring.begin());
+      Tree& t = trees[idx(s) * C + p];
+      t.source = s;
+      t.parent.assign(idx(n), -1);
+      for (size_t j = 1; j < ring.size(); ++j) t.parent[idx(ring[(at + j) % ring.size()])] = ring[(at + j - 1) % ring.size()];
+    }
+  }
+  return trees;
+}
+
+}  // namespace
+
+std::vector<topo::VertexId> defaultRankDevices(const topo::Topology& topology) { return topology.gpus(); }
+
+std::vector<std::vector<bool>> directPairs(const CostModel& model) {
+  const int n = model.nranks();
+  std::vector<std::vector<bool>> direct(idx(n), std::vector<bool>(idx(n), false));
+  for (int u = 0; u < n; ++u) {
+    for (int v = 0; v < n; ++v) {
+      if (u == v) continue;
+      const std::vector<int>& uv = model.route(u, v).resources;
+      bool through = false;
+      for (int w = 0; w < n && !through; ++w) {
+        if (w == u || w == v) continue;
+        const std::vector<int>& a = model.route(u, w).resources;
+        const std::vector<int>& b = model.route(w, v).resources;
+        if (a.empty() || b.empty() || a.size() + b.size() != uv.size()) continue;
+        through = std::equal(a.begin(), a.end(), uv.begin()) && std::equal(b.begin(), b.end(), uv.begin() + static_cast<std::ptrdiff_t>(a.size()));
+      }
+      direct[idx(u)][idx(v)] = !through;
+    }
+  }
+  return direct;
+}
+
+std::vector<std::vector<int>> hamiltonianCycles(const CostModel& model, int maxCycles) {
+  const int n = model.nranks();
+  if (n < 3 || maxCycles < 1) return {};
+  const auto direct = directPairs(model);
+  double betaRef = 0;
+  for (int u = 0; u < n; ++u)
+    for (int v = 0; v < n; ++v)
+      if (u != v && direct[idx(u)][idx(v)]) betaRef = std::max(betaRef, model.route(u, v).betaUsPerByte);
+  std::vector<std::vector<int>> cap(idx(n), std::vector<int>(idx(n), 0));
+  for (int u = 0; u < n; ++u) {
+    for (int v = 0; v < n; ++v) {
+      if (u == v || !direct[idx(u)][idx(v)] || !direct[idx(v)][idx(u)]) continue;
+      const double beta = std::max(model.route(u, v).betaUsPerByte, model.route(v, u).betaUsPerByte);
+      cap[idx(u)][idx(v)] = beta > 0 ? std::clamp(static_cast<int>(std::lround(betaRef / beta)), 0, 4) : 1;
+    }
+  }
+  int limit = maxCycles;
+  for (int u = 0; u < n; ++u) {
+    int degree = 0;
+    for (int v = 0; v < n; ++v) degree += cap[idx(u)][idx(v)];
+    limit = std::min(limit, degree / 2);
+  }
+  std::vector<std::vector<int>> best, current;
+  long budget = 200000;
+  std::vector<int> path{0};
+  std::vector<bool> used(idx(n), false);
+  used[0] = true;
+  // Enumerates Hamiltonian cycles from rank 0 (path[1] < path[n-1] so each undirected cycle once); for
+  // each, takes its edges out and recurses for the next cycle.
+  std::function<bool()> extend;
+  std::function<bool()> nextCycle = [&]() -> bool {
+    if (current.size() > best.size()) best = current;
+    if (static_cast<int>(best.size()) >= limit || budget <= 0) return true;
+    path.assign(1, 0);
+    std::fill(used.begin(), used.end(), false);
+    used[0] = true;
+    return extend();
+  };
+  extend = [&]() -> bool {
+    if (--budget <= 0) return true;
+    const int u = path.back();
+    if (static_cast<int>(path.size()) == n) {
+      if (cap[idx(u)][0] <= 0 || path[1] > path.back()) return false;
+      const std::vector<int> cycle = path;
+      for (size_t i = 0; i < cycle.size(); ++i) {
+        const int a = cycle[i], b = cycle[(i + 1) % cycle.size()];
+        --cap[idx(a)][idx(b)];
+        --cap[idx(b)][idx(a)];
+      }
+      current.push_back(cycle);
+      const std::vector<int> savedPath = path;
+      const std::vector<bool> savedUsed = used;
+      const bool done = nextCycle();
+      path = savedPath;
+      used = savedUsed;
+      current.pop_back();
+      for (size_t i = 0; i < cycle.size(); ++i) {
+        const int a = cycle[i], b = cycle[(i + 1) % cycle.size()];
+        ++cap[idx(a)][idx(b)];
+        ++cap[idx(b)][idx(a)];
+      }
+      return done;
+    }
+    for (int v = 1; v < n; ++v) {
+      if (used[idx(v)] || cap[idx(u)][idx(v)] <= 0) continue;
+      used[idx(v)] = true;
+      path.push_back(v);
+      const bool done = extend();
+      path.pop_back();
+      used[idx(v)] = false;
+      if (done) return true;
+    }
+    return false;
+  };
+  nextCycle();
+  return best;
+}
+
+Plan lowerTrees(Collective c, const std::vector<Tree>& trees, uint32_t chunksPerRank, const CostModel& model,
+                uint64_t bytes, Order order) {
+  const int n = model.nranks();
+  const uint32_t C = chunksPerRank;
+  if (c != Collective::AllGather && c != Collective::ReduceScatter && c != Collective::AllReduce) {
+    throwInvalidArgument(std::string("synthesizer: ") + collectiveName(c) + " is not supported");
+  }
+  if (trees.size() != idx(n) * C) throwInvalidArgument("synthesizer: need one tree per rank and part");
+  std::vector<Transfer> all = buildTransfers(c, trees, model, chunkBytesOf(c, n, bytes, C));
+  schedule(all, model, order);
+  std::vector<uint32_t> sorted(all.size());
+  for (uint32_t t = 0; t < sorted.size(); ++t) sorted[t] = t;
+  std::sort(sorted.begin(), sorted.end(), [&](uint32_t a, uint32_t b) {
+    return std::tie(all[a].end, all[a].topo) < std::tie(all[b].end, all[b].topo);
+  });
+
+  Lowering low(c, n, C);
+  const size_t slots = trees.size() * idx(n);
+  std::vector<std::optional<StepRef>> lastReduce(slots), agRecv(slots), rsSend(slots);
+  const auto at = [&](uint32_t k, int r) { return idx(static_cast<int>(k)) * idx(n) + idx(r); };
+  bool usesScratch = false;
+  for (uint32_t t : sorted) {
+    const Transfer& tr = all[t];
+    const uint32_t k = tr.chunk;
+    const int s = trees[k].source;
+    const uint32_t part = k % C;
+    const int u = tr.from, v = tr.to;
+    const uint16_t sendLane = low.lane(u, v, -1);
+    const uint16_t recvLane = low.lane(v, -1, u);
+    if (tr.reduce) {
+      const std::optional<StepRef> mine = lastReduce[at(k, u)];
+      if (mine) usesScratch = true;
+      rsSend[at(k, u)] = low.add(u, sendLane, Step{StepKind::Send, mine ? scratch(k) : input(k), {}, {}}, mine);
+      const ChunkRange accum = v == s ? output(c == Collective::ReduceScatter ? part : k) : scratch(k);
+      const std::optional<StepRef> prev = lastReduce[at(k, v)];
+      lastReduce[at(k, v)] =
+          low.add(v, recvLane, Step{StepKind::RecvReduceCopy, prev ? accum : input(k), accum, {}}, prev);
+    } else {
+      ChunkRange src = output(k);
+      std::optional<StepRef> dep;
+      if (u == s) {
+        if (c == Collective::AllGather) {
+          src = input(part);
+        } else {
+          dep = lastReduce[at(k, s)];
+        }
+      } else {
+        dep = agRecv[at(k, u)];
+      }
+      low.add(u, sendLane, Step{StepKind::Send, src, {}, {}}, dep);
+      agRecv[at(k, v)] = low.add(v, recvLane, Step{StepKind::Recv, {}, output(k), {}},
+                                 c == Collective::AllReduce ? rsSend[at(k, v)] : std::nullopt);
+    }
+  }
+  Plan& plan = low.plan();
+  if (c == Collective::AllGather) {
+    // Out of place the own block is a local copy; in place it is the same memory and the executor skips it.
+    for (int r = 0; r < n; ++r) {
+      const uint16_t l = low.lane(r, -1, -1);
+      low.add(r, l, Step{StepKind::Copy, input(0, C), output(static_cast<uint32_t>(r) * C, C), {}}, std::nullopt);
+    }
+  }
+  if (usesScratch) plan.scratchChunks = static_cast<uint32_t>(trees.size());
+  plan.inPlace = true;
+  plan.outOfPlace = true;
+  return std::move(plan);
+}
+
+SynthResult synthesize(const CostModel& model, Collective c, uint64_t bytes, const SynthOptions& options) {
+  const auto t0 = Clock::now();
+  const auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  const int n = model.nranks();
+  if (c != Collective::AllGather && c != Collective::ReduceScatter && c != Collective::AllReduce) {
+    throwInvalidArgument(std::string("synthesizer: ") + collectiveName(c) + " is not supported");
+  }
+  if (n < 1) throwInvalidArgument("synthesizer: the cost model has no ranks");
+  if (options.minChunksPerRank < 1 || options.maxChunksPerRank < options.minChunksPerRank) {
+    throwInvalidArgument("synthesizer: chunks per rank must satisfy 1 <= min <= max");
+  }
+  SynthResult result;
+  if (n == 1) {
+    result.plan = ringPlan(c, 1, -1, 1);
+    result.timeUs = simulate(result.plan, bytes, model, options.sim).finishUs;
+    result.strategy = result.family = "ring";
+    result.chunksPerRank = 1;
+    result.candidates = 1;
+    result.seconds = elapsed();
+    return result;
+  }
+
+  bool have = false;
+  const auto consider = [&](Plan plan, const std::string& family, const std::string& strategy, uint32_t C, int hops) {
+    const double time = simulate(plan, bytes, model, options.sim).finishUs;
+    ++result.candidates;
+    auto fam = std::find_if(result.families.begin(), result.families.end(),
+                            [&](const FamilyTime& f) { return f.family == family; });
+    if (fam == result.families.end()) {
+      result.families.push_back({family, time});
+    } else {
+      fam->timeUs = std::min(fam->timeUs, time);
+    }
+    if (!have || time < result.timeUs) {
+      have = true;
+      result.plan = std::move(plan);
+      result.timeUs = time;
+      result.family = family;
+      result.strategy = strategy;
+      result.chunksPerRank = C;
+      result.maxHops = hops;
+    }
+  };
+  const auto outOfTime = [&] {
+    if (have && elapsed() > options.budgetSeconds) {
+      result.budgetExhausted = true;
+      return true;
+    }
+    return false;
+  };
+
+  const auto direct = directPairs(model);
+  std::vector<std::vector<int>> rings;
+  for (const std::vector<int>& cycle : hamiltonianCycles(model, 3)) {
+    rings.push_back(cycle);
+    rings.emplace_back(cycle.rbegin(), cycle.rend());
+  }
+  const int rotation = static_cast<int>(options.seed % static_cast<uint64_t>(n));
+
+  for (uint32_t C = options.minChunksPerRank; C <= options.maxChunksPerRank && !outOfTime(); ++C) {
+    Context ctx{model, n, chunkBytesOf(c, n, bytes, C), direct, {}};
+    ctx.time.assign(idx(n), std::vector<double>(idx(n), 0.0));
+    for (int u = 0; u < n; ++u)
+      for (int v = 0; v < n; ++v)
+        if (u != v) ctx.time[idx(u)][idx(v)] = transferTime(model, u, v, ctx.chunkBytes);
+    struct Candidate {
+      std::string family, label;
+      std::vector<Tree> trees;
+    };
+    std::vector<Candidate> candidates;
+    candidates.push_back({"bfs", "bfs", buildTrees(ctx, C, Builder::Bfs, 0, 2, rotation)});
+    for (double lambda : {0.0, 0.5, 2.0}) {
+      char label[32];
+      std::snprintf(label, sizeof label, "pack(l=%.1f)", lambda);
+      candidates.push_back({"pack", label, buildTrees(ctx, C, Builder::Pack, lambda, 3, rotation)});
+    }
+    candidates.push_back({"star", "star", starTrees(n, C)});
+    if (!rings.empty()) {
+      candidates.push_back({"rings", "rings/" + std::to_string(rings.size()), ringTrees(n, C, rings)});
+    }
+    for (const Candidate& cand : candidates) {
+      int hops = 0;
+      for (const Tree& t : cand.trees) hops = std::max(hops, treeDepth(t));
+      for (Order order : {Order::LongestRemainingFirst, Order::EarliestStartFirst}) {
+        if (outOfTime()) break;
+        Plan plan = lowerTrees(c, cand.trees, C, model, bytes, order);
+        plan.name = "synth-" + cand.family;
+        const std::string strategy = cand.label + " C=" + std::to_string(C) +
+                                     (order == Order::LongestRemainingFirst ? " order=lrf" : " order=esf");
+        consider(std::move(plan), cand.family, strategy, C, hops);
+      }
+    }
+  }
+  if (options.ringFallback) {
+    for (int ch = 1; ch <= std::min(n, kMaxChannels) && !outOfTime(); ++ch) {
+      consider(ringPlan(c, n, -1, ch), "ring", "builtin ring " + std::to_string(ch) + "ch",
+               static_cast<uint32_t>(ch), n - 1);
+    }
+  }
+  result.plan.predictedMicros = result.timeUs;
+  if (options.validate) validateOrThrow(result.plan, ncclInternalError);
+  result.seconds = elapsed();
+  return result;
+}
+
+SynthResult synthesize(const topo::Topology& topology, const std::vector<topo::VertexId>& rankDevice, Collective c,
+                       uint64_t bytes, const SynthOptions& options) {
+  const std::vector<topo::VertexId> devices = rankDevice.empty() ? defaultRankDevices(topology) : rankDevice;
+  SynthResult result = synthesize(CostModel::fromTopology(topology, devices), c, bytes, options);
+  result.plan.topologyFingerprint = topology.fingerprint();
+  return result;
+}
+
+}  // namespace topoccl::algo::synth
