@@ -202,6 +202,7 @@ class NcclXmlReader {
 
   void resolveNvLinks() {
     std::map<std::pair<VertexId, VertexId>, int> counts;  // (gpu, peer) -> links, switches merged
+    std::map<std::pair<VertexId, VertexId>, int> lineOf;  // (gpu, peer) -> first <nvlink> line
     std::optional<VertexId> fabric;
     std::set<std::string> switchTargets;
     for (const PendingNvLink& p : nvlinks_) {
@@ -218,6 +219,7 @@ class NcclXmlReader {
         peer = fabric;
       }
       counts[{p.gpu, *peer}] += p.count;
+      lineOf.try_emplace({p.gpu, *peer}, p.line);
     }
     for (auto& [pair, count] : counts) {
       auto [gpu, peer] = pair;
@@ -229,6 +231,12 @@ class NcclXmlReader {
       }
       Link l{.kind = LinkKind::NvLink, .nvlinkCount = count, .nvlinkGeneration = nvlinkGenerationForSm(g.sm)};
       l.bandwidthGBs = count * nvlinkBandwidthPerLinkGBs(g.sm);
+      // The model holds one link per pair: a GPU hanging from its CPU by PCIe cannot also have an NVLink to it.
+      if (topo_.linkBetween(gpu, peer))
+        throwParseError(source_, lineOf.at(pair),
+                        "nvlink from " + describeVertex(topo_, gpu) + " to " + describeVertex(topo_, peer) +
+                            ", which it is already linked to by " + linkKindName(topo_.linkBetween(gpu, peer)->kind) +
+                            "; put the GPU under a <pci> bridge of that CPU");
       topo_.addLink(gpu, peer, l);
     }
     if (fabric) topo_.vertex(*fabric).physicalSwitches = static_cast<int>(switchTargets.size());

@@ -75,3 +75,15 @@ TEST_CASE("regressions: a NIC without a <net> keeps no name through an NCCL XML 
   CHECK(again.vertex(again.nics().front()).netName.empty());
   CHECK(again.fingerprint() == first.fingerprint());
 }
+
+TEST_CASE("regressions: an NVLink to the CPU a GPU hangs from by PCIe is refused with its line", "[regression]") {
+  // Fuzzer finding (via a JSON graph written as NCCL XML): the reader threw "duplicate link" naming no file.
+  const std::string xml = "<system version=\"1\">\n <cpu numaid=\"0\" affinity=\"ff\" arch=\"ppc64\">\n"
+                          "  <pci busid=\"0000:01:00.0\" class=\"0x030200\" link_speed=\"8 GT/s\" link_width=\"16\">\n"
+                          "   <gpu dev=\"0\" sm=\"60\" rank=\"0\" gdr=\"1\">\n"
+                          "    <nvlink target=\"ffff:ff:ff.0\" count=\"2\" tclass=\"0x068001\"/>\n"
+                          "   </gpu>\n  </pci>\n </cpu>\n</system>\n";
+  const std::string message = errorOf([&] { (void)parseNcclXml(xml, "nvlink-to-parent.xml"); });
+  CHECK_THAT(message, Catch::Contains("nvlink-to-parent.xml:5"));
+  CHECK_THAT(message, Catch::Contains("already linked"));
+}
