@@ -48,6 +48,8 @@ inline const Param<std::string> kTopoFile{"TOPOCCL_TOPO_FILE", "",
                                           "Topology file (NCCL XML, hwloc XML v2 or topoccl JSON) that replaces discovery"};
 inline const Param<std::string> kNcclTopoFile{"NCCL_TOPO_FILE", "",
                                               "NCCL's topology file; used when TOPOCCL_TOPO_FILE is not set"};
+inline const Param<std::string> kMscclXmlFiles{"MSCCL_XML_FILES", "",
+    "MSCCL XML plans (':' or ',' separated) used for the collective, rank count, layout and size range they declare"};
 inline const Param<bool> kTopoFuse{"TOPOCCL_TOPO_FUSE", true,
                                    "Gather every host's topology at communicator creation and fuse the cluster graph"};
 inline const Param<std::string> kTopoDumpFile{"TOPOCCL_TOPO_DUMP_FILE", "",

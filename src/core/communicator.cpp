@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "algorithms/msccl_xml.hpp"
 #include "algorithms/selection.hpp"
 #include "algorithms/validator.hpp"
 #include "common/error.hpp"
@@ -174,6 +175,7 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
     places.push_back({w.hostId, w.processToken});
   }
   locality_ = std::make_unique<topo::Locality>(std::move(places));
+  loadPlanFiles();
   if (params::kTopoFuse.get()) gatherClusterTopology();
 
   // A pair uses a transport only if both ends allow it, so both ends always choose alike.
@@ -296,7 +298,61 @@ const algo::Plan& Communicator::planFor(algo::Algorithm algorithm, algo::Collect
   return *slot;
 }
 
-std::string Communicator::chosenAlgorithm(algo::Collective collective, size_t bytes) const {
+// MSCCL_XML_FILES, as MSCCL reads it: every rank loads the files itself. A file that does not parse or
+// validate is an error at creation (naming file and line); one for another rank count is skipped. The
+// ranks then compare what they loaded, since different files on different hosts would run mismatched plans.
+void Communicator::loadPlanFiles() {
+  std::string list = params::kMscclXmlFiles.get();
+  std::replace(list.begin(), list.end(), ',', ':');
+  std::istringstream in(list);
+  uint64_t digest = 1469598103934665603ull;
+  for (std::string path; std::getline(in, path, ':');) {
+    if (path.empty()) continue;
+    algo::Plan plan = algo::loadMscclXml(path);
+    if (plan.nranks != nranks_) {
+      TOPOCCL_INFO(log::kInit | log::kTuning, "MSCCL_XML_FILES: %s is for %d ranks, this communicator has %d: not used",
+                   path.c_str(), plan.nranks, nranks_);
+      continue;
+    }
+    try {
+      algo::validateOrThrow(plan, ncclInvalidArgument);
+    } catch (const Error& e) {
+      throwInvalidArgument("MSCCL_XML_FILES: " + path + " does not validate: " + e.what());
+    }
+    for (char c : algo::writeMscclXml(plan)) digest = (digest ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    TOPOCCL_INFO(log::kInit | log::kTuning, "MSCCL_XML_FILES: %s: '%s' for %s, %llu..%llu bytes%s%s", path.c_str(),
+                 plan.name.c_str(), algo::collectiveName(plan.collective), static_cast<unsigned long long>(plan.minBytes),
+                 static_cast<unsigned long long>(plan.maxBytes), plan.inPlace ? ", in place" : "",
+                 plan.outOfPlace ? ", out of place" : "");
+    planFiles_.push_back(std::move(plan));
+  }
+  std::vector<uint64_t> digests(nranks_);
+  digests[rank_] = digest;
+  bootstrap_->allGather(digests.data(), sizeof(uint64_t));
+  for (int r = 0; r < nranks_; ++r)
+    if (digests[r] != digests[0])
+      throwInvalidUsage("MSCCL_XML_FILES: rank " + std::to_string(r) + " (host " + peers_[r].hostId +
+                        ") loaded different plans from rank 0; give every rank the same files");
+}
+
+const algo::Plan* Communicator::planFileFor(const CollectiveArgs& args, size_t bytes, bool inPlace) const {
+  for (const algo::Plan& plan : planFiles_) {
+    if (plan.collective != args.collective || bytes < plan.minBytes || bytes >= plan.maxBytes) continue;
+    // Out-of-place plans also serve in-place calls (through a copy of the input). Rooted collectives
+    // are in place only at the root, so only plans valid out of place keep every rank's choice alike.
+    const bool rooted = args.collective == algo::Collective::Broadcast || args.collective == algo::Collective::Reduce ||
+                        args.collective == algo::Collective::Gather || args.collective == algo::Collective::Scatter;
+    if (!plan.outOfPlace && (rooted || !inPlace)) continue;
+    if (plan.root >= 0 && plan.root != args.root) continue;
+    return &plan;
+  }
+  return nullptr;
+}
+
+std::string Communicator::chosenAlgorithm(algo::Collective collective, size_t bytes, bool inPlace) const {
+  CollectiveArgs args;
+  args.collective = collective;
+  if (const algo::Plan* plan = planFileFor(args, bytes, inPlace)) return plan->name;
   return algo::algorithmName(selection_->choose(collective, bytes, nranks_));
 }
 
@@ -304,14 +360,18 @@ std::unique_ptr<Execution> Communicator::buildCollective(const CollectiveArgs& a
                                                          std::vector<std::function<void()>>& after) {
   const size_t elem = dataTypeSize(args.type);
   if (args.count == 0) return nullptr;
-  const algo::Algorithm algorithm = selection_->choose(args.collective, selectionBytes(args, nranks_, elem), nranks_);
-  const algo::Plan& plan = planFor(algorithm, args.collective, args.root);
-
   const uint32_t inBlocks = algo::inputBlocks(args.collective, nranks_, rank_, args.root);
   const uint32_t outBlocks = algo::outputBlocks(args.collective, nranks_, rank_, args.root);
   const char* input = static_cast<const char*>(args.send);
   char* output = static_cast<char*>(args.recv);
   const bool inPlace = outBlocks > 0 && inBlocks > 0 && isInPlace(args, rank_, elem);
+
+  // A plan file may cover the call; else the table. In-place is judged the same way on every rank
+  // (NCCL requires every rank to call in place or none), so every rank picks the same plan.
+  const size_t callBytes = selectionBytes(args, nranks_, elem);
+  const algo::Plan* fromFile = planFileFor(args, callBytes, inPlace);
+  const algo::Plan& plan =
+      fromFile ? *fromFile : planFor(selection_->choose(args.collective, callBytes, nranks_), args.collective, args.root);
 
   // Lower the reduction: PreMulSum and floating Avg scale each input once up front; integer Avg
   // sums and divides the result. Kernels only ever see Sum/Prod/Max/Min.

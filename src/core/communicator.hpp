@@ -103,8 +103,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // ncclCommSplit: collective over this communicator. Returns null for NCCL_SPLIT_NOCOLOR.
   std::shared_ptr<Communicator> split(int color, int key, CommOptions options);
 
-  // Which algorithm the selection table picks (for logs, tools and tests).
-  std::string chosenAlgorithm(algo::Collective collective, size_t bytes) const;
+  // Which algorithm the selection table picks (for logs, tools and tests); a plan file's name when
+  // one of MSCCL_XML_FILES covers the call.
+  std::string chosenAlgorithm(algo::Collective collective, size_t bytes, bool inPlace = false) const;
 
  private:
   Communicator(int rank, int nranks, CommOptions options);
@@ -117,6 +118,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::unique_ptr<Execution> buildCollective(const CollectiveArgs& args, std::vector<std::function<void()>>& after);
   std::unique_ptr<Execution> buildPointToPoint(const std::vector<const PointToPointArgs*>& ops);
   const algo::Plan& planFor(algo::Algorithm algorithm, algo::Collective collective, int root);
+  void loadPlanFiles();
+  const algo::Plan* planFileFor(const CollectiveArgs& args, size_t bytes, bool inPlace) const;
 
   struct Job {
     std::vector<Operation> operations;
@@ -148,6 +151,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::map<std::pair<int, int>, std::unique_ptr<transport::Connection>> connections_;
   std::set<transport::Transport*> usedTransports_;
   std::map<std::tuple<int, int, int>, std::unique_ptr<algo::Plan>> plans_;
+  std::vector<algo::Plan> planFiles_;  // MSCCL_XML_FILES for this rank count, validated, in file order
   std::vector<char> scratch_;
   std::vector<char> prescaled_;
   std::vector<char> staging_;  // RecvReduceSend results; collectives run one at a time

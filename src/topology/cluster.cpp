@@ -279,7 +279,7 @@ HostReport parseHostReport(const std::string& text) {
   json doc;
   try {
     doc = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number too large
     throwInvalidArgument("host report: malformed JSON (" + std::to_string(text.size()) +
                          " bytes; truncated in transit?): " + e.what());
   }

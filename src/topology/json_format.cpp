@@ -24,6 +24,15 @@ class JsonReader {
       doc = json::parse(text_);
     } catch (const json::parse_error& e) {
       throwParseError(source_, lineOfOffset(text_, e.byte > 0 ? e.byte - 1 : 0), std::string("malformed JSON: ") + e.what());
+    } catch (const json::exception& e) {
+      // e.g. a number too large for a double: nlohmann gives no offset, but quotes the token.
+      const std::string what = e.what();
+      size_t at = 0;
+      if (size_t q = what.find("parsing '"); q != std::string::npos) {
+        const std::string token = what.substr(q + 9, what.find('\'', q + 9) - (q + 9));
+        if (size_t found = text_.find(token); !token.empty() && found != std::string::npos) at = found;
+      }
+      throwParseError(source_, lineOfOffset(text_, at), "malformed JSON: " + what);
     }
     try {
       return build(doc);

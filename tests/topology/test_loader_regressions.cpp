@@ -87,3 +87,11 @@ TEST_CASE("regressions: an NVLink to the CPU a GPU hangs from by PCIe is refused
   CHECK_THAT(message, Catch::Contains("nvlink-to-parent.xml:5"));
   CHECK_THAT(message, Catch::Contains("already linked"));
 }
+
+TEST_CASE("regressions: a JSON number too large for a double is a parse error at its line", "[regression]") {
+  // Fuzzer finding: nlohmann's out_of_range (not a parse_error) escaped the JSON loader.
+  const std::string text = "{\n  \"format\": \"topoccl-topology\",\n  \"version\": 777E777777777777777\n}\n";
+  const std::string message = errorOf([&] { (void)parseJson(text, "huge.json"); });
+  CHECK_THAT(message, Catch::Contains("huge.json:3"));
+  CHECK_THAT(message, Catch::Contains("number overflow"));
+}
