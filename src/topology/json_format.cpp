@@ -125,6 +125,7 @@ class JsonReader {
              .pcieGen = jl.value("pcieGen", 0), .pcieWidth = jl.value("pcieWidth", 0)};
       VertexId a = endpoint("from"), b = endpoint("to");
       if (a == b) fail("a link needs two different vertices");
+      if (l.pcieWidth < 0 || l.pcieWidth > 32) fail("pcieWidth " + std::to_string(l.pcieWidth) + " is not a PCIe width (0..32 lanes)");
       if (bwForward <= 0 && l.kind == LinkKind::Pcie) bwForward = bwBackward = pcieBandwidthGBs(l.pcieGen, l.pcieWidth);
       if (bwForward <= 0 && l.kind == LinkKind::NvLink)
         bwForward = bwBackward = std::max(1, l.nvlinkCount) * nvlinkBandwidthPerLinkGBs(topo.vertex(a).sm);

@@ -123,6 +123,8 @@ class NcclXmlReader {
     Link l{.kind = LinkKind::Pcie};
     l.pcieGen = pcieGenFromSpeed(node.attribute("link_speed").as_string());
     l.pcieWidth = intAttribute(node, "link_width", 0);
+    if (l.pcieWidth < 0 || l.pcieWidth > 32)
+      throwParseError(source_, line(node), "link_width=\"" + std::to_string(l.pcieWidth) + "\" is not a PCIe width (0..32 lanes)");
     l.bandwidthGBs = pcieBandwidthGBs(l.pcieGen, l.pcieWidth);
     return l;
   }

@@ -96,7 +96,7 @@ double pcieBandwidthGBs(int gen, int width) {
   static constexpr int kLaneRate[] = {60, 15, 30, 60, 120, 240, 480};
   int rate = (gen >= 1 && gen <= 6) ? kLaneRate[gen] : kLaneRate[0];
   if (width <= 0) width = 16;
-  return width * rate / 80.0;
+  return static_cast<double>(width) * rate / 80.0;  // double: a hostile file's width must not overflow
 }
 
 double cpuInterconnectBandwidthGBs(const std::string& vendor, const std::string& arch, int model) {

@@ -95,3 +95,14 @@ TEST_CASE("regressions: a JSON number too large for a double is a parse error at
   CHECK_THAT(message, Catch::Contains("huge.json:3"));
   CHECK_THAT(message, Catch::Contains("number overflow"));
 }
+
+TEST_CASE("regressions: a PCIe width beyond 32 lanes is refused, not overflowed", "[regression]") {
+  // Fuzzer finding (UBSan): link_width="96566502" overflowed int in the bandwidth formula.
+  const std::string xml = "<system version=\"1\">\n <cpu numaid=\"0\" affinity=\"ff\" arch=\"x86_64\">\n"
+                          "  <pci busid=\"0000:01:00.0\" class=\"0x030200\" link_speed=\"16 GT/s\" link_width=\"96566502\"/>\n"
+                          " </cpu>\n</system>\n";
+  const std::string message = errorOf([&] { (void)parseNcclXml(xml, "wide.xml"); });
+  CHECK_THAT(message, Catch::Contains("wide.xml:3"));
+  CHECK_THAT(message, Catch::Contains("link_width"));
+  CHECK(pcieBandwidthGBs(4, 1 << 30) > 0);  // the formula itself cannot overflow
+}
