@@ -4,6 +4,8 @@
 // NVLinkBandwidth distances matrix.
 #include <pugixml.hpp>
 
+#include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -335,7 +337,8 @@ class HwlocXmlReader {
     int n = d.attribute("nbobjs").as_int(0);
     std::vector<std::string> indexes = tokens(d, "indexes");
     std::vector<std::string> values = tokens(d, "u64values");
-    if (n <= 0 || static_cast<int>(indexes.size()) != n || static_cast<int>(values.size()) != n * n)
+    if (n <= 0 || n > 65536 || static_cast<int64_t>(indexes.size()) != n ||
+        static_cast<int64_t>(values.size()) != static_cast<int64_t>(n) * n)
       throwParseError(source_, line(d), "NVLinkBandwidth matrix: expected " + std::to_string(n) + " indexes and " +
                                             std::to_string(n * n) + " values, found " + std::to_string(indexes.size()) +
                                             " and " + std::to_string(values.size()));
@@ -356,7 +359,12 @@ class HwlocXmlReader {
     for (int i = 0; i < n; ++i)
       for (int j = 0; j < n; ++j) {
         if (i == j) continue;
-        double v = std::atof(values[static_cast<size_t>(i * n + j)].c_str());
+        const std::string& text = values[static_cast<size_t>(i) * n + j];
+        double v = std::atof(text.c_str());
+        // No link is faster than 1e9 MB/s (1 PB/s): beyond that the file is wrong, and the count would overflow.
+        if (!std::isfinite(v) || v > 1e9)
+          throwParseError(source_, line(d), "NVLinkBandwidth value '" + text + "' (row " + std::to_string(i) + ", column " +
+                                                std::to_string(j) + ") is not a bandwidth in MB/s");
         if (v <= 0 || isSwitch[i]) continue;  // read each link from its GPU/CPU side
         VertexId from = endpoint[i];
         if (from < 0 || topo_.vertex(from).kind != VertexKind::Gpu) continue;
@@ -374,7 +382,11 @@ class HwlocXmlReader {
       auto [from, to] = pair;
       if (topo_.linkBetween(from, to)) continue;
       const Vertex& gpu = topo_.vertex(from);
-      int count = static_cast<int>(total / megabytesPerLink(gpu.sm) + 0.5);
+      const double links = total / megabytesPerLink(gpu.sm) + 0.5;
+      if (links > 4096)
+        throwParseError(source_, line(d), "NVLinkBandwidth gives " + describeVertex(topo_, from) + " " + std::to_string(total) +
+                                        " MB/s to one peer: more than 4096 NVLinks");
+      int count = static_cast<int>(links);
       if (count <= 0) continue;
       Link l{.kind = LinkKind::NvLink, .nvlinkCount = count, .nvlinkGeneration = nvlinkGenerationForSm(gpu.sm)};
       l.bandwidthGBs = count * nvlinkBandwidthPerLinkGBs(gpu.sm);

@@ -106,3 +106,16 @@ TEST_CASE("regressions: a PCIe width beyond 32 lanes is refused, not overflowed"
   CHECK_THAT(message, Catch::Contains("link_width"));
   CHECK(pcieBandwidthGBs(4, 1 << 30) > 0);  // the formula itself cannot overflow
 }
+
+TEST_CASE("regressions: an absurd NVLinkBandwidth value is refused, not converted", "[regression]") {
+  // Fuzzer finding (UBSan): a huge value overflowed the int link count. Take the real Minsky file and
+  // swap one bandwidth for 3.5e36 MB/s.
+  std::string text = readTextFile(std::string(__FILE__).substr(0, std::string(__FILE__).rfind('/')) +
+                                  "/../data/hwloc-v2_power8-minsky-4p100.xml");
+  const size_t values = text.find("<u64values>40000 40000 40000 40000 0 0");
+  REQUIRE(values != std::string::npos);
+  text.replace(values + 11, 5, "3555555555555555555555555555555555555");
+  const std::string message = errorOf([&] { (void)parseHwlocXml(text, "minsky-mutated.xml"); });
+  CHECK_THAT(message, Catch::Contains("minsky-mutated.xml:"));
+  CHECK_THAT(message, Catch::Contains("NVLinkBandwidth value"));
+}
