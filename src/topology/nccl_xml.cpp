@@ -318,7 +318,9 @@ class NcclXmlWriter {
     pci.append_attribute("link_width") = up.pcieWidth;
     if (v.kind == VertexKind::Gpu) writeGpu(pci.append_child("gpu"), id);
     // A skeleton NIC (no name, no speed) stays a bare <pci> leaf, as the vendor files have it.
-    if (v.kind == VertexKind::Nic && (!v.netName.empty() || v.speedGbps > 0)) writeNic(pci.append_child("nic"), v);
+    // Otherwise (a name, a speed, or a class the reader would not take for a NIC) it carries <nic><net>.
+    if (v.kind == VertexKind::Nic && (!v.netName.empty() || v.speedGbps > 0 || (cls >> 16) != 0x02))
+      writeNic(pci.append_child("nic"), v);
     writeChildren(pci, id);
   }
 

@@ -120,3 +120,16 @@ TEST_CASE("regressions: an absurd NVLinkBandwidth value is refused, not converte
   CHECK_THAT(message, Catch::Contains("minsky-mutated.xml:"));
   CHECK_THAT(message, Catch::Contains("NVLinkBandwidth value"));
 }
+
+TEST_CASE("regressions: a NIC whose PCI class is not a network class stays a NIC through NCCL XML", "[regression]") {
+  // Fuzzer finding: a bridge-class <pci> holding a <nic> was written back as a bare <pci> and came back a switch.
+  const std::string xml = "<system version=\"1\">\n <cpu numaid=\"0\" affinity=\"ff\" arch=\"x86_64\">\n"
+                          "  <pci busid=\"ffff:ff:01.0\" class=\"0x060400\" link_speed=\"8 GT/s\" link_width=\"16\">\n"
+                          "   <nic/>\n  </pci>\n </cpu>\n</system>\n";
+  const Topology first = parseNcclXml(xml, "bridge-nic.xml");
+  REQUIRE(first.count(VertexKind::Nic) == 1);
+  const Topology again = parseNcclXml(writeNcclXml(first), "rewritten.xml");
+  CHECK(again.count(VertexKind::Nic) == 1);
+  CHECK(again.count(VertexKind::PciSwitch) == 0);
+  CHECK(again.fingerprint() == first.fingerprint());
+}
