@@ -1,4 +1,4 @@
-// topoccl-synth: synthesizes AllGather / ReduceScatter / AllReduce plans for a topology over a range of
+// topoccl-synth: synthesizes AllGather / ReduceScatter / AllReduce / AllToAll plans for a topology over a range of
 // sizes and compares them, on the same cost model, with the built-in ring (1..N channels), the other
 // built-in generator for the collective (direct for AG/RS, recursive doubling for AR) and the lower bound.
 #include <CLI/CLI.hpp>
@@ -19,6 +19,8 @@
 #include "algorithms/generators.hpp"
 #include "algorithms/msccl_xml.hpp"
 #include "algorithms/simulator.hpp"
+#include "algorithms/synthesizer/plan_cache.hpp"
+#include "algorithms/synthesizer/sketch.hpp"
 #include "algorithms/synthesizer/synthesizer.hpp"
 #include "algorithms/timeline_svg.hpp"
 #include "common/error.hpp"
@@ -69,14 +71,15 @@ int main(int argc, char** argv) {
   CLI::App app{"topoccl-synth: TACCL-style synthesis of all-gather / reduce-scatter / all-reduce plans"};
   std::string topoArg, collArg = "allgather", sizesArg = "1K:1G", outPath, timelinePath, gpusArg;
   int hosts = 1, factor = 4;
-  double budget = 10;
+  double budget = 10, milpSeconds = 2;
   uint32_t maxChunks = 6;
-  bool json = false, quiet = false;
+  bool json = false, quiet = false, useCache = false, milp = false, noContiguity = false;
+  std::string sketchPath;
   app.add_option("--topo", topoArg, "preset name (dgx1, dgx-a100, ndv2, ...) or topology file")->required();
   app.add_option("--hosts", hosts, "copies of the node joined by a network (buildCluster)")->check(CLI::Range(1, 64));
   app.add_option("--gpus", gpusArg, "comma-separated GPU positions (Topology::gpus() order) to use as ranks");
-  app.add_option("--coll", collArg, "allgather | reducescatter | allreduce")
-      ->check(CLI::IsMember({"allgather", "reducescatter", "allreduce"}));
+  app.add_option("--coll", collArg, "allgather | reducescatter | allreduce | alltoall")
+      ->check(CLI::IsMember({"allgather", "reducescatter", "allreduce", "alltoall"}));
   app.add_option("--sizes", sizesArg, "MIN:MAX (K/M/G suffixes, powers of 1024) or one size");
   app.add_option("--factor", factor, "step between sizes (2 or 4)")->check(CLI::IsMember({2, 4}));
   app.add_option("--out", outPath, "MSCCL XML of the plan for the largest size");
@@ -84,6 +87,11 @@ int main(int argc, char** argv) {
   app.add_option("--budget", budget, "synthesis budget per size, seconds");
   app.add_option("--max-chunks", maxChunks, "largest chunks per rank C to try (1..C)")->check(CLI::Range(1, 12));
   app.add_flag("--json", json, "print a JSON list of rows");
+  app.add_option("--sketch", sketchPath, "communication sketch (JSON, see src/algorithms/synthesizer/sketch.hpp)");
+  app.add_flag("--cache", useCache, "read / write the plan cache (TOPOCCL_PLAN_CACHE_DIR); hits print \"cached\"");
+  app.add_flag("--milp", milp, "add the routing MILP family (CBC, time-limited: results depend on the machine)");
+  app.add_option("--milp-seconds", milpSeconds, "time limit of each routing MILP solve");
+  app.add_flag("--no-contiguity", noContiguity, "skip the contiguity post-pass");
   app.add_flag("--quiet", quiet, "no progress on stderr");
   CLI11_PARSE(app, argc, argv);
 
@@ -118,6 +126,7 @@ int main(int argc, char** argv) {
     if (n < 1) throwInvalidArgument("the topology has no GPU");
     const Collective coll = collArg == "allgather"       ? Collective::AllGather
                             : collArg == "reducescatter" ? Collective::ReduceScatter
+                            : collArg == "alltoall"      ? Collective::AllToAll  // bound: allToAllBound (MCF LP)
                                                          : Collective::AllReduce;
     const CostModel model = CostModel::fromTopology(topology, devices);
 
@@ -166,15 +175,35 @@ int main(int argc, char** argv) {
     synth::SynthOptions options;
     options.budgetSeconds = budget;
     options.maxChunksPerRank = maxChunks;
+    options.milp = milp;
+    options.milpSeconds = milpSeconds;
+    options.contiguity = !noContiguity;
+    if (!sketchPath.empty()) {
+      options.sketch = synth::loadSketch(sketchPath);
+      synth::resolveSketch(*options.sketch, topology, devices);
+    }
+    const synth::PlanCache cache = useCache ? synth::PlanCache::fromParams() : synth::PlanCache("off");
     synth::SynthResult last;
     for (uint64_t bytes : sizes) {
       if (!quiet) std::cerr << "synthesizing " << collectiveName(coll) << " " << humanBytes(bytes) << " ..." << std::flush;
-      // The built-in rings (1..N channels) compete inside the synthesizer; "own" is the best of its tree families.
-      synth::SynthResult r = synth::synthesize(model, coll, bytes, options);
+      // The built-ins (rings with 1..N channels, RD / tree / direct) compete inside the synthesizer; "own" is the best of
+      // its own routing families.
+      bool cached = false;
+      synth::SynthResult r;
+      if (useCache) {
+        synth::CachedSynthesis cs = synth::synthesizeCached(topology, devices, coll, bytes, options, cache);
+        cached = cs.hit;
+        r = std::move(cs.result);
+        if (cached) r.strategy = "cached " + r.strategy;
+      } else {
+        r = synth::synthesize(model, coll, bytes, options);
+      }
       double ring = -1, own = -1;
       for (const synth::FamilyTime& f : r.families) {
         if (f.family == "ring") {
           ring = f.timeUs;
+        } else if (f.family == "recursive_doubling" || f.family == "tree" || f.family == "direct") {
+          continue;  // built-ins: shown in the "other" column
         } else if (own < 0 || f.timeUs < own) {
           own = f.timeUs;
         }
@@ -185,7 +214,7 @@ int main(int argc, char** argv) {
       double otherUs = -1;
       if (other) otherUs = simulate(makePlan(*other, coll, n, 0, 1), bytes, model, {1, false}).finishUs;
       const double boundUs = bound ? bound->lowerBoundUs(bytes) : -1;
-      if (!quiet) std::cerr << " " << r.seconds << " s\n";
+      if (!quiet) std::cerr << (cached ? " cached\n" : " " + std::to_string(r.seconds) + " s\n");
       const double algbw = r.timeUs > 0 ? static_cast<double>(bytes) / (r.timeUs * 1e3) : 0;
       if (json) {
         nlohmann::json row{{"bytes", bytes},
@@ -198,22 +227,28 @@ int main(int argc, char** argv) {
                            {"strategy", r.strategy},
                            {"family", r.family},
                            {"chunks_per_rank", r.chunksPerRank},
-                           {"max_hops", r.maxHops}};
+                           {"max_hops", r.maxHops},
+                           {"cached", cached},
+                           {"contiguity_merges", r.contiguityMerges}};
         row["bound_time_us"] = bound ? nlohmann::json(boundUs) : nlohmann::json(nullptr);
         row["hamiltonian_rings_time_us"] = nvring >= 0 ? nlohmann::json(nvring) : nlohmann::json(nullptr);
         row[other ? std::string(algorithmName(*other)) + "_time_us" : "other_time_us"] =
             otherUs >= 0 ? nlohmann::json(otherUs) : nlohmann::json(nullptr);
         rows.push_back(row);
       } else {
-        char nv[32] = "n/a", ot[32] = "n/a", bd[32] = "n/a", sb[32] = "n/a";
+        char nv[32] = "n/a", ot[32] = "n/a", bd[32] = "n/a", sb[32] = "n/a", rg[32] = "n/a", rs[32] = "n/a";
+        if (ring >= 0) {  // no ring family for alltoall
+          std::snprintf(rg, sizeof rg, "%.2f", ring);
+          std::snprintf(rs, sizeof rs, "%.3f", ring / r.timeUs);
+        }
         if (nvring >= 0) std::snprintf(nv, sizeof nv, "%.2f", nvring);
         if (otherUs >= 0) std::snprintf(ot, sizeof ot, "%.2f", otherUs);
         if (boundUs >= 0) {
           std::snprintf(bd, sizeof bd, "%.2f", boundUs);
           std::snprintf(sb, sizeof sb, "%.3f", r.timeUs / boundUs);
         }
-        std::printf("%8s %12.2f %12.2f %12.2f %12s %12s %12s %8.3f %8s %9.3f  %s\n", humanBytes(bytes).c_str(), r.timeUs, own, ring, nv,
-                    ot, bd, ring / r.timeUs, sb, r.seconds, r.strategy.c_str());
+        std::printf("%8s %12.2f %12.2f %12s %12s %12s %12s %8s %8s %9.3f  %s\n", humanBytes(bytes).c_str(), r.timeUs, own, rg, nv,
+                    ot, bd, rs, sb, r.seconds, r.strategy.c_str());
       }
       last = std::move(r);
     }

@@ -118,6 +118,7 @@ CostModel CostModel::fromTopology(const topo::Topology& topology, std::vector<to
                            ", which topology '" + topology.name + "' does not have");
     }
     model.localCopyUsPerByte[static_cast<size_t>(r)] = betaFromGBs(localCopyGBs(topology.vertex(v)));
+    model.rankHost.push_back(topology.vertex(v).host);
   }
   std::map<std::pair<topo::VertexId, topo::VertexId>, int> linkResource;
   std::map<topo::VertexId, int> nicTx, nicRx, localCopy;

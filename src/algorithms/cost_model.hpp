@@ -72,6 +72,9 @@ class CostModel {
 
   double gammaUsPerByte = 0;                // reduction cost on the reducing rank
   std::vector<double> localCopyUsPerByte;   // per rank: Copy steps (and Reduce steps' data motion)
+  // Per rank: the host its device is on (fromTopology; empty for hand-built models, meaning one host).
+  // The synthesizer's hierarchical family crosses between hosts once per chunk, rank to same-position rank.
+  std::vector<int> rankHost;
 
   // Building custom models.
   int addResource(CostResource resource);

@@ -57,4 +57,13 @@ inline const Param<std::string> kTopoDumpFile{"TOPOCCL_TOPO_DUMP_FILE", "",
 inline const Param<std::string> kNcclTopoDumpFile{"NCCL_TOPO_DUMP_FILE", "",
                                                   "NCCL's dump file; used when TOPOCCL_TOPO_DUMP_FILE is not set"};
 
+// Synthesizer.
+inline const Param<std::string> kSynthesize{"TOPOCCL_SYNTHESIZE", "",
+    "Collectives to synthesize plans for at communicator creation: allgather,reducescatter,allreduce,alltoall or 'all' "
+    "(rank 0 synthesizes on the fused cluster graph and broadcasts; MSCCL_XML_FILES plans come first)"};
+inline const Param<int64_t> kSynthBudgetMs{"TOPOCCL_SYNTH_BUDGET_MS", 2000,
+    "Synthesis time budget per plan at communicator creation, milliseconds (the best plan found so far is used)"};
+inline const Param<std::string> kPlanCacheDir{"TOPOCCL_PLAN_CACHE_DIR", "",
+    "Directory of synthesized plans (MSCCL XML + JSON); empty: $XDG_CACHE_HOME/topoccl or ~/.cache/topoccl; 'off' disables"};
+
 }  // namespace topoccl::params

@@ -14,6 +14,8 @@
 
 #include "algorithms/msccl_xml.hpp"
 #include "algorithms/selection.hpp"
+#include "algorithms/synthesizer/plan_cache.hpp"
+#include "algorithms/synthesizer/synthesizer.hpp"
 #include "algorithms/validator.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
@@ -31,6 +33,7 @@ namespace {
 
 constexpr int kPointToPointChannel = 1 << 16;  // p2p never shares a connection with plans
 constexpr int kSplitTag = 0x5000;
+constexpr int kSynthTag = 0x4000;
 
 // Same value <=> same process. Recomputed after fork(), since a child inherits its parent's statics.
 uint64_t processToken() {
@@ -177,6 +180,7 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
   locality_ = std::make_unique<topo::Locality>(std::move(places));
   loadPlanFiles();
   if (params::kTopoFuse.get()) gatherClusterTopology();
+  synthesizePlans();
 
   // A pair uses a transport only if both ends allow it, so both ends always choose alike.
   peerRoute_.assign(nranks_, Route::Socket);
@@ -333,6 +337,113 @@ void Communicator::loadPlanFiles() {
     if (digests[r] != digests[0])
       throwInvalidUsage("MSCCL_XML_FILES: rank " + std::to_string(r) + " (host " + peers_[r].hostId +
                         ") loaded different plans from rank 0; give every rank the same files");
+}
+
+// TOPOCCL_SYNTHESIZE: rank 0 synthesizes one plan per requested collective and size band on the fused cluster
+// graph (through the plan cache), and sends every rank the MSCCL XML, so all ranks run the same plans whatever
+// their clocks did to the time budget. Ranks sit on their host's GPUs in order when the host has enough, else on
+// its first CPU. A model that cannot be built (no route between hosts) is a warning: the table decides then.
+void Communicator::synthesizePlans() {
+  std::string list = params::kSynthesize.get();
+  if (list.empty() || nranks_ < 2) return;
+  std::vector<algo::Collective> wanted;
+  std::replace(list.begin(), list.end(), ':', ',');
+  std::istringstream in(list);
+  for (std::string name; std::getline(in, name, ',');) {
+    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return std::tolower(ch); });
+    if (name.empty()) continue;
+    if (name == "all") {
+      wanted = {algo::Collective::AllGather, algo::Collective::ReduceScatter, algo::Collective::AllReduce,
+                algo::Collective::AllToAll};
+      continue;
+    }
+    const std::map<std::string, algo::Collective> known{{"allgather", algo::Collective::AllGather},
+                                                         {"reducescatter", algo::Collective::ReduceScatter},
+                                                         {"allreduce", algo::Collective::AllReduce},
+                                                         {"alltoall", algo::Collective::AllToAll}};
+    const auto it = known.find(name);
+    if (it == known.end()) {
+      throwInvalidArgument("TOPOCCL_SYNTHESIZE: unknown collective '" + name +
+                           "' (allgather, reducescatter, allreduce, alltoall or all)");
+    }
+    if (std::find(wanted.begin(), wanted.end(), it->second) == wanted.end()) wanted.push_back(it->second);
+  }
+  // Size bands [min, max) and the size each band's plan is synthesized for.
+  struct Band {
+    uint64_t min, max, at;
+  };
+  const Band bands[] = {{0, 64 << 10, 16 << 10}, {64 << 10, 4 << 20, 1 << 20}, {4 << 20, UINT64_MAX, 64 << 20}};
+
+  std::string blob;  // rank 0: count, then (collective, band, size, xml) records; empty: nothing to use
+  if (rank_ == 0) {
+    try {
+      if (!clusterTopology_) throwInvalidUsage("no cluster graph (TOPOCCL_TOPO_FUSE=0, or a host could not describe itself)");
+      const topo::Topology& t = *clusterTopology_;
+      std::vector<topo::VertexId> devices(nranks_, -1);
+      for (int host = 0; host < locality_->nhosts(); ++host) {
+        const std::vector<int> ranks = locality_->ranksOnHost(host);
+        const int fusedHost = clusterHost(ranks.front());
+        std::vector<topo::VertexId> gpus, cpus;
+        for (topo::VertexId v : t.gpus())
+          if (t.vertex(v).host == fusedHost) gpus.push_back(v);
+        for (topo::VertexId v : t.verticesOfKind(topo::VertexKind::Cpu))
+          if (t.vertex(v).host == fusedHost) cpus.push_back(v);
+        if (gpus.size() < ranks.size() && cpus.empty()) throwInvalidUsage("host " + peers_[ranks.front()].hostId + " has no CPU vertex");
+        for (size_t i = 0; i < ranks.size(); ++i) devices[ranks[i]] = gpus.size() >= ranks.size() ? gpus[i] : cpus.front();
+      }
+      const algo::synth::PlanCache cache = algo::synth::PlanCache::fromParams();
+      algo::synth::SynthOptions options;
+      options.budgetSeconds = static_cast<double>(params::kSynthBudgetMs.get()) / 1000.0;
+      std::ostringstream out;
+      int count = 0;
+      std::ostringstream records;
+      for (algo::Collective c : wanted) {
+        for (size_t b = 0; b < std::size(bands); ++b) {
+          algo::synth::CachedSynthesis r = algo::synth::synthesizeCached(t, devices, c, bands[b].at, options, cache);
+          std::string xml = r.xml.empty() ? algo::writeMscclXml(r.result.plan) : r.xml;
+          TOPOCCL_INFO(log::kInit | log::kTuning, "synthesized %s for %llu..%llu bytes: %s, %.2f us modelled at %llu B%s",
+                       algo::collectiveName(c), static_cast<unsigned long long>(bands[b].min),
+                       static_cast<unsigned long long>(bands[b].max), r.result.strategy.c_str(), r.result.timeUs,
+                       static_cast<unsigned long long>(bands[b].at), r.hit ? " (plan cache)" : "");
+          records << static_cast<int>(c) << ' ' << b << ' ' << xml.size() << '\n' << xml;
+          ++count;
+        }
+      }
+      blob = std::to_string(count) + "\n" + records.str();
+    } catch (const std::exception& e) {
+      TOPOCCL_WARN("TOPOCCL_SYNTHESIZE: no synthesized plans, the selection table decides: %s", e.what());
+      blob.clear();
+    }
+    for (int r = 1; r < nranks_; ++r) {
+      const uint64_t size = blob.size();
+      bootstrap_->send(r, kSynthTag, &size, sizeof(size));
+      if (size > 0) bootstrap_->send(r, kSynthTag, blob.data(), blob.size());
+    }
+  } else {
+    uint64_t size = 0;
+    bootstrap_->recv(0, kSynthTag, &size, sizeof(size));
+    blob.resize(size);
+    if (size > 0) bootstrap_->recv(0, kSynthTag, blob.data(), size);
+  }
+  if (blob.empty()) return;
+  std::istringstream records(blob);
+  int count = 0;
+  records >> count;
+  for (int i = 0; i < count; ++i) {
+    int collective = 0;
+    size_t band = 0, size = 0;
+    records >> collective >> band >> size;
+    records.get();  // the newline
+    std::string xml(size, '\0');
+    records.read(xml.data(), static_cast<std::streamsize>(size));
+    if (!records || band >= std::size(bands)) throwInternalError("TOPOCCL_SYNTHESIZE: rank 0 sent a malformed plan list");
+    algo::Plan plan = algo::parseMscclXml(xml, "synthesized " + std::string(algo::collectiveName(static_cast<algo::Collective>(collective))));
+    algo::validateOrThrow(plan, ncclInternalError);
+    plan.name = "synth/" + plan.name;  // chosenAlgorithm() and NCCL_DEBUG=INFO show where the plan came from
+    plan.minBytes = bands[band].min;
+    plan.maxBytes = bands[band].max;
+    planFiles_.push_back(std::move(plan));
+  }
 }
 
 const algo::Plan* Communicator::planFileFor(const CollectiveArgs& args, size_t bytes, bool inPlace) const {

@@ -119,6 +119,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::unique_ptr<Execution> buildPointToPoint(const std::vector<const PointToPointArgs*>& ops);
   const algo::Plan& planFor(algo::Algorithm algorithm, algo::Collective collective, int root);
   void loadPlanFiles();
+  void synthesizePlans();  // TOPOCCL_SYNTHESIZE: appends to planFiles_ after the files
   const algo::Plan* planFileFor(const CollectiveArgs& args, size_t bytes, bool inPlace) const;
 
   struct Job {
@@ -151,7 +152,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::map<std::pair<int, int>, std::unique_ptr<transport::Connection>> connections_;
   std::set<transport::Transport*> usedTransports_;
   std::map<std::tuple<int, int, int>, std::unique_ptr<algo::Plan>> plans_;
-  std::vector<algo::Plan> planFiles_;  // MSCCL_XML_FILES for this rank count, validated, in file order
+  std::vector<algo::Plan> planFiles_;  // MSCCL_XML_FILES for this rank count, validated, in file order; then
+                                       // TOPOCCL_SYNTHESIZE's plans
   std::vector<char> scratch_;
   std::vector<char> prescaled_;
   std::vector<char> staging_;  // RecvReduceSend results; collectives run one at a time

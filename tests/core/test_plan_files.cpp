@@ -218,3 +218,35 @@ TEST_CASE("plan files: a file that is missing or malformed fails communicator cr
   }
   std::remove(bad.c_str());
 }
+
+TEST_CASE("TOPOCCL_SYNTHESIZE: rank 0 synthesizes on the live cluster graph, every rank runs the same plans",
+          "[plan-files]") {
+  std::mt19937_64 rng(freshSeed());
+  ScopedEnv cache("TOPOCCL_PLAN_CACHE_DIR", "off");
+  ScopedEnv budget("TOPOCCL_SYNTH_BUDGET_MS", "300");
+  ScopedEnv synth("TOPOCCL_SYNTHESIZE", "allgather,reducescatter,allreduce");
+  for (int nranks : {3, 5}) {
+    for (algo::Collective c : {algo::Collective::AllGather, algo::Collective::ReduceScatter, algo::Collective::AllReduce}) {
+      // Counts landing in the small and the middle size band; a prime and an unaligned one.
+      for (size_t count : {size_t{13}, size_t{40009}}) {
+        for (bool inPlace : {false, true}) {
+          INFO(nranks << " ranks " << algo::collectiveName(c) << " count " << count << (inPlace ? " in place" : ""));
+          const auto inputs = randomInputs(nranks, count * nranks, rng);
+          const auto outcomes = runCollective(c, nranks, count, inPlace, inputs);
+          CHECK(checkOutcomes(c, nranks, count, inputs, outcomes) == 0);
+          for (const Outcome& o : outcomes) {
+            CHECK(o.chosen.rfind("synth/", 0) == 0);
+            CHECK(o.chosen == outcomes[0].chosen);
+          }
+        }
+      }
+    }
+  }
+  // A collective the synthesizer does not know is an error at creation that names the variable.
+  ScopedEnv bad("TOPOCCL_SYNTHESIZE", "allgather,broadcastt");
+  const auto outcomes = runCollective(algo::Collective::AllGather, 2, 8, false, randomInputs(2, 16, rng));
+  for (const Outcome& o : outcomes) {
+    CHECK(o.error.find("TOPOCCL_SYNTHESIZE") != std::string::npos);
+    CHECK(o.error.find("broadcastt") != std::string::npos);
+  }
+}

@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <tuple>
 
 #include "algorithms/generators.hpp"
@@ -235,7 +236,9 @@ enum class Builder : uint8_t { Bfs, Pack };
 
 // Grows a tree from s, Prim style: BFS takes the shallowest attachment, then the least loaded; Pack
 // minimises the bottleneck load after the edge plus lambda x the chunk's arrival time there.
-Tree growTree(const Context& ctx, int s, Builder mode, double lambda, int rotation, std::vector<double>& load) {
+// onceHost (rank -> host): the tree enters each host once (no edge into a host it already reaches).
+Tree growTree(const Context& ctx, int s, Builder mode, double lambda, int rotation, std::vector<double>& load,
+              const std::vector<int>* onceHost = nullptr) {
   const int n = ctx.n;
   Tree tree;
   tree.source = s;
@@ -245,6 +248,8 @@ Tree growTree(const Context& ctx, int s, Builder mode, double lambda, int rotati
   std::vector<int> depth(idx(n), 0);
   std::vector<double> arrive(idx(n), 0.0);
   in[idx(s)] = true;
+  std::set<int> reached;  // hosts the tree has entered (onceHost)
+  if (onceHost) reached.insert((*onceHost)[idx(s)]);
   for (int added = 1; added < n; ++added) {
     std::optional<std::tuple<double, double, double, int, int>> best;
     int bu = -1, bv = -1;
@@ -252,6 +257,10 @@ Tree growTree(const Context& ctx, int s, Builder mode, double lambda, int rotati
       for (int u : members) {
         for (int v = 0; v < n; ++v) {
           if (in[idx(v)] || (pass == 0 && !ctx.direct[idx(u)][idx(v)])) continue;
+          if (pass == 0 && onceHost && (*onceHost)[idx(u)] != (*onceHost)[idx(v)] &&
+              reached.count((*onceHost)[idx(v)])) {
+            continue;
+          }
           const double t = ctx.time[idx(u)][idx(v)];
           double bottleneck = 0;
           for (int r : ctx.model.route(u, v).resources) bottleneck = std::max(bottleneck, load[idx(r)]);
@@ -272,6 +281,7 @@ Tree growTree(const Context& ctx, int s, Builder mode, double lambda, int rotati
     }
     tree.parent[idx(bv)] = bu;
     in[idx(bv)] = true;
+    if (onceHost) reached.insert((*onceHost)[idx(bv)]);
     depth[idx(bv)] = depth[idx(bu)] + 1;
     arrive[idx(bv)] = arrive[idx(bu)] + ctx.time[idx(bu)][idx(bv)];
     members.push_back(bv);
@@ -299,6 +309,63 @@ std::vector<Tree> buildTrees(const Context& ctx, uint32_t C, Builder mode, doubl
         const size_t k = idx(s) * C + p;
         if (pass > 0) addLoad(ctx, trees[k], load, -1.0);
         trees[k] = growTree(ctx, s, mode, lambda, seedRotation + static_cast<int>(p), load);
+      }
+    }
+  }
+  return trees;
+}
+
+// Hierarchical trees (family "hier", the topology's default for several hosts): each chunk enters every other host
+// exactly once, then spreads inside it over that host's direct pairs. rail: the crossing is from the source to the
+// rank at the same position on that host (its rail peer: on a rail-optimised cluster, the GPU behind the NIC of the
+// same rail). Gateway: every crossing is between the hosts' gateways, the rank of each host with the fastest routes
+// off it (one connection per host pair carries everything: few, long messages, and contiguity can batch them).
+// Any: any rank the tree has reached may cross, to any rank (the builder picks by load and time). Trees are grown
+// as in buildTrees, load-balanced across all trees.
+enum class Crossing : uint8_t { Rail, Gateway, Any };
+
+std::vector<Tree> hierTrees(const Context& ctx, const std::vector<int>& host, uint32_t C, Crossing crossing,
+                            Builder mode, double lambda, int passes, int seedRotation) {
+  const int n = ctx.n;
+  std::map<int, std::vector<int>> members;  // host -> its ranks in rank order
+  std::vector<size_t> position(idx(n));
+  for (int r = 0; r < n; ++r) {
+    position[idx(r)] = members[host[idx(r)]].size();
+    members[host[idx(r)]].push_back(r);
+  }
+  std::map<int, int> gateway;  // host -> rank: least (max beta, max latency) over its routes to other hosts
+  std::map<int, std::pair<double, double>> gatewayScore;
+  for (int u = 0; u < n; ++u) {
+    std::pair<double, double> score{0, 0};
+    for (int v = 0; v < n; ++v) {
+      if (host[idx(v)] == host[idx(u)]) continue;
+      score.first = std::max(score.first, ctx.model.route(u, v).betaUsPerByte);
+      score.second = std::max(score.second, ctx.model.route(u, v).latencyUs);
+    }
+    const auto it = gatewayScore.find(host[idx(u)]);
+    if (it == gatewayScore.end() || score < it->second) {
+      gatewayScore[host[idx(u)]] = score;
+      gateway[host[idx(u)]] = u;
+    }
+  }
+  Context sub = ctx;
+  std::vector<Tree> trees(idx(n) * C);
+  std::vector<double> load(ctx.model.resources().size(), 0.0);
+  for (int pass = 0; pass < passes; ++pass) {
+    for (uint32_t p = 0; p < C; ++p) {
+      for (int s = 0; s < n; ++s) {
+        for (int u = 0; u < n && crossing != Crossing::Any; ++u) {
+          for (int v = 0; v < n; ++v) {
+            const bool sameHost = host[idx(u)] == host[idx(v)];
+            const bool cross = crossing == Crossing::Rail
+                                   ? u == s && position[idx(v)] == position[idx(s)] % members[host[idx(v)]].size()
+                                   : u == gateway[host[idx(u)]] && v == gateway[host[idx(v)]];
+            sub.direct[idx(u)][idx(v)] = sameHost ? ctx.direct[idx(u)][idx(v)] : cross;
+          }
+        }
+        const size_t k = idx(s) * C + p;
+        if (pass > 0) addLoad(ctx, trees[k], load, -1.0);
+        trees[k] = growTree(sub, s, mode, lambda, seedRotation + static_cast<int>(p), load, &host);
       }
     }
   }
@@ -336,6 +403,15 @@ std::vector<Tree> ringTrees(int n, uint32_t C, const std::vector<std::vector<int
 }  // namespace
 
 std::vector<topo::VertexId> defaultRankDevices(const topo::Topology& topology) { return topology.gpus(); }
+
+const char* orderName(Order order) noexcept {
+  switch (order) {
+    case Order::LongestRemainingFirst: return "lrf";
+    case Order::EarliestStartFirst: return "esf";
+    case Order::Mirrored: return "mirror";
+  }
+  return "?";
+}
 
 std::vector<std::vector<bool>> directPairs(const CostModel& model) {
   const int n = model.nranks();
@@ -444,8 +520,24 @@ Plan lowerTrees(Collective c, const std::vector<Tree>& trees, uint32_t chunksPer
     throwInvalidArgument(std::string("synthesizer: ") + collectiveName(c) + " is not supported");
   }
   if (trees.size() != idx(n) * C) throwInvalidArgument("synthesizer: need one tree per rank and part");
-  std::vector<Transfer> all = buildTransfers(c, trees, model, chunkBytesOf(c, n, bytes, C));
-  schedule(all, model, order);
+  const double chunkBytes = chunkBytesOf(c, n, bytes, C);
+  std::vector<Transfer> all = buildTransfers(c, trees, model, chunkBytes);
+  schedule(all, model, order == Order::Mirrored ? Order::EarliestStartFirst : order);  // also numbers topo
+  if (order == Order::Mirrored && c != Collective::AllGather) {
+    std::vector<Transfer> ag = buildTransfers(Collective::AllGather, trees, model, chunkBytes);
+    schedule(ag, model, Order::EarliestStartFirst);
+    double span = 0;
+    std::map<std::tuple<uint32_t, int, int>, const Transfer*> mirror;  // (chunk, from, to) of the AG
+    for (const Transfer& t : ag) {
+      span = std::max(span, t.end);
+      mirror.emplace(std::make_tuple(t.chunk, t.from, t.to), &t);
+    }
+    for (Transfer& t : all) {
+      const Transfer* m = t.reduce ? mirror.at({t.chunk, t.to, t.from}) : mirror.at({t.chunk, t.from, t.to});
+      t.start = t.reduce ? span - m->end : span + m->start;
+      t.end = t.reduce ? span - m->start : span + m->end;
+    }
+  }
   std::vector<uint32_t> sorted(all.size());
   for (uint32_t t = 0; t < sorted.size(); ++t) sorted[t] = t;
   std::sort(sorted.begin(), sorted.end(), [&](uint32_t a, uint32_t b) {
@@ -504,7 +596,9 @@ Plan lowerTrees(Collective c, const std::vector<Tree>& trees, uint32_t chunksPer
   return std::move(plan);
 }
 
-SynthResult synthesize(const CostModel& model, Collective c, uint64_t bytes, const SynthOptions& options) {
+SynthResult synthesize(const CostModel& model, Collective c, uint64_t bytes, const SynthOptions& requested) {
+  const SynthOptions options = applySketch(requested);  // sketch.cpp: chunks, budget, MILP time, contiguity
+  if (c == Collective::AllToAll) return synthesizeAllToAll(model, bytes, options);  // alltoall.cpp
   const auto t0 = Clock::now();
   const auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   const int n = model.nranks();
@@ -546,6 +640,7 @@ SynthResult synthesize(const CostModel& model, Collective c, uint64_t bytes, con
       result.chunksPerRank = C;
       result.maxHops = hops;
     }
+    return time;
   };
   const auto outOfTime = [&] {
     if (have && elapsed() > options.budgetSeconds) {
@@ -555,13 +650,41 @@ SynthResult synthesize(const CostModel& model, Collective c, uint64_t bytes, con
     return false;
   };
 
-  const auto direct = directPairs(model);
+  auto direct = directPairs(model);
+  if (options.sketch && options.sketch->allowedPairs.size() == idx(n)) {  // sketch.hpp: intranode / internode
+    for (int u = 0; u < n; ++u)
+      for (int v = 0; v < n; ++v) direct[idx(u)][idx(v)] = direct[idx(u)][idx(v)] && options.sketch->allowedPairs[idx(u)][idx(v)];
+  }
   std::vector<std::vector<int>> rings;
   for (const std::vector<int>& cycle : hamiltonianCycles(model, 3)) {
     rings.push_back(cycle);
     rings.emplace_back(cycle.rbegin(), cycle.rend());
   }
   const int rotation = static_cast<int>(options.seed % static_cast<uint64_t>(n));
+  const bool multiHost = model.rankHost.size() == idx(n) &&
+                         std::any_of(model.rankHost.begin(), model.rankHost.end(), [&](int h) { return h != model.rankHost[0]; });
+
+  // The built-in generators compete first, so a tight budget (or a long MILP) never leaves them out: rings with
+  // 1..N channels, and recursive doubling / tree / direct where they implement the collective (they win at small
+  // sizes, where latency rules).
+  const auto builtinWanted = [&](const char* family) { return !options.sketch || options.sketch->wantsFamily(family); };
+  if (options.ringFallback) {
+    for (int ch = 1; ch <= std::min(n, kMaxChannels) && builtinWanted("ring"); ++ch) {
+      consider(ringPlan(c, n, -1, ch), "ring", "builtin ring " + std::to_string(ch) + "ch",
+               static_cast<uint32_t>(ch), n - 1);
+    }
+    for (Algorithm a : {Algorithm::RecursiveDoubling, Algorithm::Tree, Algorithm::Direct}) {
+      if (!algorithmSupports(a, c) || !builtinWanted(algorithmName(a))) continue;
+      try {
+        int log2n = 0;
+        while ((1 << log2n) < n) ++log2n;
+        const int hops = a == Algorithm::Direct ? 1 : a == Algorithm::Tree ? 2 * log2n : log2n;
+        consider(makePlan(a, c, n, 0, 1), algorithmName(a), std::string("builtin ") + algorithmName(a), 1, hops);
+      } catch (const Error&) {
+        // a generator that does not cover this rank count is simply not a candidate
+      }
+    }
+  }
 
   for (uint32_t C = options.minChunksPerRank; C <= options.maxChunksPerRank && !outOfTime(); ++C) {
     Context ctx{model, n, chunkBytesOf(c, n, bytes, C), direct, {}};
@@ -581,28 +704,45 @@ SynthResult synthesize(const CostModel& model, Collective c, uint64_t bytes, con
       candidates.push_back({"pack", label, buildTrees(ctx, C, Builder::Pack, lambda, 3, rotation)});
     }
     candidates.push_back({"star", "star", starTrees(n, C)});
+    if (multiHost) {
+      const std::vector<int>& host = model.rankHost;
+      candidates.push_back({"hier", "hier-rail-bfs", hierTrees(ctx, host, C, Crossing::Rail, Builder::Bfs, 0, 2, rotation)});
+      candidates.push_back(
+          {"hier", "hier-rail-pack(l=0.5)", hierTrees(ctx, host, C, Crossing::Rail, Builder::Pack, 0.5, 3, rotation)});
+      candidates.push_back({"hier", "hier-gw-bfs", hierTrees(ctx, host, C, Crossing::Gateway, Builder::Bfs, 0, 2, rotation)});
+      candidates.push_back({"hier", "hier-pack(l=0.5)", hierTrees(ctx, host, C, Crossing::Any, Builder::Pack, 0.5, 3, rotation)});
+    }
     if (!rings.empty()) {
       candidates.push_back({"rings", "rings/" + std::to_string(rings.size()), ringTrees(n, C, rings)});
     }
+    const bool wantMilp = options.milp;
+    const std::vector<Tree>* warm = nullptr;  // the fastest heuristic trees of this C: the MILP's warm start
+    double warmUs = 0;
+    Order warmOrder = Order::LongestRemainingFirst;
     for (const Candidate& cand : candidates) {
+      const bool wanted = !options.sketch || options.sketch->wantsFamily(cand.family);
+      if (!wanted && !wantMilp) continue;
       int hops = 0;
       for (const Tree& t : cand.trees) hops = std::max(hops, treeDepth(t));
-      for (Order order : {Order::LongestRemainingFirst, Order::EarliestStartFirst}) {
+      for (Order order : {Order::LongestRemainingFirst, Order::EarliestStartFirst, Order::Mirrored}) {
         if (outOfTime()) break;
+        if (order == Order::Mirrored && c == Collective::AllGather) continue;
         Plan plan = lowerTrees(c, cand.trees, C, model, bytes, order);
         plan.name = "synth-" + cand.family;
-        const std::string strategy = cand.label + " C=" + std::to_string(C) +
-                                     (order == Order::LongestRemainingFirst ? " order=lrf" : " order=esf");
-        consider(std::move(plan), cand.family, strategy, C, hops);
+        const std::string strategy = cand.label + " C=" + std::to_string(C) + " order=" + orderName(order);
+        const double us = wanted ? consider(std::move(plan), cand.family, strategy, C, hops)
+                                 : simulate(plan, bytes, model, options.sim).finishUs;
+        if (warm == nullptr || us < warmUs) std::tie(warm, warmUs, warmOrder) = std::make_tuple(&cand.trees, us, order);
+      }
+    }
+    if (wantMilp && warm != nullptr && !outOfTime()) {  // routing_milp.cpp
+      for (MilpCandidate& m : milpCandidates(model, c, bytes, C, *warm, warmOrder, warmUs, options,
+                                             options.budgetSeconds - elapsed())) {
+        consider(std::move(m.plan), "milp", m.strategy, C, m.hops);
       }
     }
   }
-  if (options.ringFallback) {
-    for (int ch = 1; ch <= std::min(n, kMaxChannels) && !outOfTime(); ++ch) {
-      consider(ringPlan(c, n, -1, ch), "ring", "builtin ring " + std::to_string(ch) + "ch",
-               static_cast<uint32_t>(ch), n - 1);
-    }
-  }
+  if (options.contiguity && have) applyContiguity(result, model, bytes, options);  // contiguity.cpp
   result.plan.predictedMicros = result.timeUs;
   if (options.validate) validateOrThrow(result.plan, ncclInternalError);
   result.seconds = elapsed();
@@ -612,7 +752,9 @@ SynthResult synthesize(const CostModel& model, Collective c, uint64_t bytes, con
 SynthResult synthesize(const topo::Topology& topology, const std::vector<topo::VertexId>& rankDevice, Collective c,
                        uint64_t bytes, const SynthOptions& options) {
   const std::vector<topo::VertexId> devices = rankDevice.empty() ? defaultRankDevices(topology) : rankDevice;
-  SynthResult result = synthesize(CostModel::fromTopology(topology, devices), c, bytes, options);
+  SynthOptions resolved = options;
+  if (resolved.sketch) resolveSketch(*resolved.sketch, topology, devices);  // sketch.cpp
+  SynthResult result = synthesize(CostModel::fromTopology(topology, devices), c, bytes, resolved);
   result.plan.topologyFingerprint = topology.fingerprint();
   return result;
 }

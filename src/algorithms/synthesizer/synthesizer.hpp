@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "algorithms/cost_model.hpp"
 #include "algorithms/plan.hpp"
 #include "algorithms/simulator.hpp"
+#include "algorithms/synthesizer/sketch.hpp"
 #include "topology/topology.hpp"
 
 namespace topoccl::algo::synth {
@@ -37,6 +39,12 @@ struct SynthOptions {
   bool ringFallback = true;       // the built-in ring plans compete as candidates
   bool validate = true;           // validateOrThrow the winner (ncclInternalError)
   SimOptions sim{1, false};       // how candidates are simulated
+  // The routing MILP family "milp" (routing_milp.cpp): off by default, since a time-limited solve depends on the
+  // machine's speed (results are then not reproducible); a sketch listing "milp" in its families turns it on.
+  bool milp = false;
+  double milpSeconds = 2;         // time limit of each MILP solve (one per C)
+  bool contiguity = true;         // merge contiguous sends on high-alpha connections of the winner (contiguity.cpp)
+  std::optional<Sketch> sketch;   // overrides the fields it sets and restricts families / pairs (sketch.hpp)
 };
 
 struct FamilyTime {
@@ -55,6 +63,8 @@ struct SynthResult {
   double seconds = 0;        // synthesis wall time
   bool budgetExhausted = false;
   std::vector<FamilyTime> families;  // best time per family, in first-tried order
+  int contiguityMerges = 0;          // sends merged by the contiguity post-pass (0: not applied or not faster)
+  double beforeContiguityUs = 0;     // the winner's time before it
 };
 
 // One broadcast tree of a source chunk: parent[v] sends the chunk to v; parent[source] = -1.
@@ -63,13 +73,17 @@ struct Tree {
   std::vector<int> parent;
 };
 
-enum class Order : uint8_t { LongestRemainingFirst, EarliestStartFirst };
+// Mirrored (ReduceScatter / AllReduce): the reduce-scatter transfers take the time-reversed schedule of the
+// all-gather on the same trees (scheduled earliest-start-first), and AllReduce's all-gather follows it; on links
+// with equal cost both ways the reduce-scatter then takes exactly as long as the all-gather.
+enum class Order : uint8_t { LongestRemainingFirst, EarliestStartFirst, Mirrored };
+const char* orderName(Order order) noexcept;  // "lrf", "esf", "mirror"
 
 // GPUs in Topology::gpus() order (by host, then GPU index): rank r on the r-th GPU.
 std::vector<topo::VertexId> defaultRankDevices(const topo::Topology& topology);
 
-// AllGather, ReduceScatter or AllReduce of `bytes` (nccl-tests size, see simulator.hpp). Throws
-// Error(ncclInvalidArgument) for other collectives or an empty model.
+// AllGather, ReduceScatter, AllReduce or AllToAll (synthesizeAllToAll) of `bytes` (nccl-tests size, see
+// simulator.hpp). Throws Error(ncclInvalidArgument) for other collectives or an empty model.
 SynthResult synthesize(const CostModel& model, Collective c, uint64_t bytes, const SynthOptions& options = {});
 SynthResult synthesize(const topo::Topology& topology, const std::vector<topo::VertexId>& rankDevice, Collective c,
                        uint64_t bytes, const SynthOptions& options = {});
@@ -83,5 +97,104 @@ std::vector<std::vector<int>> hamiltonianCycles(const CostModel& model, int maxC
 // trees[s * C + p] is the tree of part p of rank s's block. Lowers with list-scheduled order.
 Plan lowerTrees(Collective c, const std::vector<Tree>& trees, uint32_t chunksPerRank, const CostModel& model,
                 uint64_t bytes, Order order);
+
+// ---- AllToAll (alltoall.cpp) ----
+// Every (source, destination) block is cut into C parts, each routed over a path of ranks (relays store and
+// forward through scratch). Routings: fixed (the cost model's route), lp (max-concurrent multi-commodity flow
+// over the model's resources, decomposed into paths, quantized to C), lp-rr / greedy (rip-up-and-reroute of
+// parts, min-max resource load), each list-scheduled (both orders), lowered (relayed hops on channel 0 or 1)
+// and simulated with the built-in direct plan; the fastest wins. Plans are valid in place and out of place.
+SynthResult synthesizeAllToAll(const CostModel& model, uint64_t bytes, const SynthOptions& options = {});
+
+// The MCF LP on the cost model (arcs = every rank pair, each using its route's resources; 1 block per ordered
+// pair): roundsPerBlock = min over flows of the max resource time, in blocks x betaUsPerByte (the smallest
+// beta). A lower bound for any plan on this model. paths[s * n + d]: (path of ranks, fraction of the block).
+struct AllToAllFlow {
+  bool ok = false;
+  double roundsPerBlock = 0;
+  double betaUsPerByte = 0;
+  std::vector<std::vector<std::pair<std::vector<int>, double>>> paths;
+  double seconds = 0;
+  double boundUs(uint64_t bytes, int nranks) const {
+    return roundsPerBlock * betaUsPerByte * static_cast<double>(bytes) / static_cast<double>(nranks);
+  }
+};
+// directPairsOnly: arcs are the directPairs (a route through a third rank becomes that rank's two hops);
+// otherwise every rank pair (a lower bound for any plan on the model).
+AllToAllFlow allToAllFlow(const CostModel& model, bool directPairsOnly = true, double timeLimitSeconds = 10);
+// routes[(s * n + d) * C + p] = ranks from s to d for part p (empty when s == d). List-scheduled, lowered.
+Plan lowerAllToAll(const std::vector<std::vector<int>>& routes, uint32_t chunksPerBlock, const CostModel& model,
+                   uint64_t bytes, Order order, bool splitRelayChannel);
+
+// ---- routing MILP (routing_milp.cpp) ----
+// TACCL stage (a) on COIN-OR CBC: a binary x[k,u,v] per tree k and candidate direct arc u -> v (arcs on a
+// shortest hop path from the tree's source, plus `slack` hops), every non-source rank exactly one parent,
+// arrival latencies L[k,v] >= L[k,u] + alpha(u,v) + eps when x = 1 (big-M = the warm start's objective:
+// acyclic and rooted). Minimizes Zb + Zl: Zb >= every resource's occupancy (sum of chunk transfer times
+// over it), Zl >= every L. Optional rotational symmetry (tree of source s + o = tree of s rotated by o,
+// used only when the model is invariant under it). Warm-started from `warmStart`; the best solution found
+// within the time limit is returned (the warm start itself when CBC finds nothing better).
+struct MilpOptions {
+  double timeLimitSeconds = 2;
+  int slack = 1;                                 // extra hops over the shortest path allowed
+  int symmetry = 0;                              // rotation offset (0: none)
+  std::vector<std::vector<bool>> allowedPairs;   // empty: every direct pair
+};
+struct MilpRouting {
+  std::vector<Tree> trees;     // trees[s * C + p]
+  double objective = 0;        // of `trees`
+  double warmObjective = 0;    // of the warm start
+  double bestBound = 0;        // CBC's lower bound
+  bool improved = false;       // trees differ from the warm start
+  bool optimal = false;
+  bool symmetric = false;      // symmetry applied
+  int binaries = 0, rows = 0;
+  double seconds = 0;
+  std::string status;          // "optimal", "time limit", "infeasible (warm start kept)", ...
+};
+MilpRouting routeMilp(const CostModel& model, Collective c, uint64_t bytes, uint32_t chunksPerRank,
+                      const std::vector<Tree>& warmStart, const MilpOptions& options = {});
+// The MILP's objective (Zb + Zl) of a set of trees.
+double milpObjective(const CostModel& model, Collective c, uint64_t bytes, uint32_t chunksPerRank,
+                     const std::vector<Tree>& trees);
+// The "milp" family's candidates for one C inside synthesize(): the MILP trees lowered in both orders, plus
+// the warm start's plan (lowered in warmOrder, simulated warmUs) when both are slower, so that the family is
+// never worse than its warm start. Time limit: min(options.milpSeconds, secondsLeft).
+struct MilpCandidate {
+  Plan plan;
+  std::string strategy;
+  int hops = 0;
+};
+std::vector<MilpCandidate> milpCandidates(const CostModel& model, Collective c, uint64_t bytes, uint32_t chunksPerRank,
+                                          const std::vector<Tree>& warmStart, Order warmOrder, double warmUs,
+                                          const SynthOptions& options, double secondsLeft);
+
+// ---- contiguity (contiguity.cpp) ----
+// TACCL stage (c) as a post-pass on a lowered plan: on connections whose route latency is at least
+// minAlphaUs (default: network links, i.e. 2x the smallest route latency), adjacent steps of one lane of
+// the same kind whose chunk ranges continue each other, together with the matching adjacent steps at the
+// other end, become one step (cnt > 1; deps unioned). A merge is kept only when the plan still simulates
+// (no deadlock) and strictly faster; the result is validated (else the input is returned).
+struct ContiguityOptions {
+  double minAlphaUs = -1;    // < 0: 2 x the smallest latency of the connections the plan uses
+  uint32_t maxCount = 6;     // chunks per merged step (TACCL max_contig)
+  SimOptions sim{1, false};
+  bool validate = true;
+  bool keepMscclExportable = true;  // refuse merges that make an exportable plan unexportable as MSCCL XML
+};
+struct ContiguityResult {
+  Plan plan;
+  double beforeUs = 0, afterUs = 0;
+  int merges = 0, attempts = 0;
+  std::string note;          // why nothing was merged, when so
+};
+ContiguityResult mergeContiguous(const Plan& plan, const CostModel& model, uint64_t bytes,
+                                 const ContiguityOptions& options = {});
+// synthesize()'s post-pass: mergeContiguous on the winner, kept when faster (updates plan, timeUs, strategy,
+// contiguityMerges, beforeContiguityUs).
+void applyContiguity(SynthResult& result, const CostModel& model, uint64_t bytes, const SynthOptions& options);
+
+// The options with a sketch's settings applied (chunks, budget, MILP time, contiguity).
+SynthOptions applySketch(const SynthOptions& options);
 
 }  // namespace topoccl::algo::synth
