@@ -775,20 +775,40 @@ BandwidthBound reduceBound(const BoundGraph& graph, int root) { return broadcast
 
 namespace {
 
+// The combining bound: with reductions only at ranks and no coding, every element of the buffer needs at
+// least 2(N-1) rank-to-rank transmissions of a partial sum before all N ranks hold the total (one-way
+// gossip needs 2N-2 calls), each leaving some rank and entering another. So T >= 2(N-1) blocks over the
+// ranks' total egress (and ingress) capacity: Chan et al.'s 2(N-1)/N M beta on a homogeneous single-port
+// graph, and the cut-set bound of Zhou & Sun (2026) restricted to ranks.
+double combiningRoundsPerBlock(const BoundGraph& graph) {
+  const int n = graph.rankCount();
+  std::vector<bool> rank(static_cast<size_t>(graph.vertexCount()), false);
+  for (int v : graph.rankVertices()) rank[static_cast<size_t>(v)] = true;
+  double out = 0, in = 0;
+  for (const BoundEdge& e : graph.edges()) {
+    if (rank[static_cast<size_t>(e.from)]) out += e.capacity;
+    if (rank[static_cast<size_t>(e.to)]) in += e.capacity;
+  }
+  const double capacity = std::min(out, in);
+  return capacity > 0 ? 2.0 * (n - 1) / capacity : kInf;
+}
+
 BandwidthBound allReduceFrom(const BoundGraph& graph, const BandwidthBound& ag, const BandwidthBound& rs) {
   const int n = graph.rankCount();
   std::string where;
   const double lambda = minRankCut(graph, where);
   BandwidthBound b;
   const double agPer = ag.roundsPerBlock / n, rsPer = rs.roundsPerBlock / n, cutPer = 1 / lambda;
-  b.roundsPerBlock = std::max({agPer, rsPer, cutPer});
+  const double combinePer = combiningRoundsPerBlock(graph);
+  b.roundsPerBlock = std::max({agPer, rsPer, cutPer, combinePer});
   b.exact = ag.exact && rs.exact;
   b.method = ag.method;
   b.lpRows = ag.lpRows + rs.lpRows;
   b.lpColumns = ag.lpColumns + rs.lpColumns;
   b.lpNonzeros = ag.lpNonzeros + rs.lpNonzeros;
   b.solveSeconds = ag.solveSeconds + rs.solveSeconds;
-  b.detail = "max(AG/N " + fmt(agPer) + ", RS/N " + fmt(rsPer) + ", 1/mincut " + fmt(cutPer) + " at " + where + ")";
+  b.detail = "max(AG/N " + fmt(agPer) + ", RS/N " + fmt(rsPer) + ", 1/mincut " + fmt(cutPer) + " at " + where +
+             ", combining 2(N-1)/rank capacity " + fmt(combinePer) + ")";
   return b;
 }
 
@@ -830,7 +850,8 @@ BandwidthBound cutBound(const BoundGraph& graph, Collective c, int root) {
         return (in == 0 || in == static_cast<long>(m.size())) ? 0.0 : 1.0;
       });
       BandwidthBound b = one;
-      b.roundsPerBlock = std::max({ag.roundsPerBlock / n, rs.roundsPerBlock / n, one.roundsPerBlock});
+      b.roundsPerBlock = std::max({ag.roundsPerBlock / n, rs.roundsPerBlock / n, one.roundsPerBlock,
+                                   combiningRoundsPerBlock(graph)});
       return b;
     }
   }

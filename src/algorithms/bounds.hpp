@@ -32,10 +32,12 @@
 //   AllToAll       exact max-concurrent multi-commodity flow LP (unicast, no copying), demand 1 block per
 //                  ordered pair; Gather / Scatter: the same LP with demands to / from the root.
 //   Broadcast      1 / min_v maxflow(root -> v) (Edmonds: achievable); Reduce on the reversed graph.
-//   AllReduce      max(AG/N, RS/N, 1/lambda) per buffer, lambda = min capacity of a cut with ranks on both
-//                  sides (the information bound: every rank must receive M bytes about the others' data,
-//                  and it always dominates max(AG, RS)); (AG + RS)/N, what RS followed by AG achieves, is
-//                  reported beside it as rsAgRoundsPerBlock (not a bound).
+//   AllReduce      max(AG/N, RS/N, 1/lambda, 2(N-1)/C) per buffer. lambda = min capacity of a cut with ranks
+//                  on both sides (the information bound: every rank must receive M bytes about the others'
+//                  data). C = min(total rank egress, total rank ingress) capacity: the combining bound (with
+//                  reductions at ranks and no coding every element needs 2(N-1) rank-to-rank partial-sum
+//                  transmissions; Chan et al.'s 2(N-1)/N M beta on homogeneous single-port graphs).
+//                  (AG + RS)/N, what RS followed by AG achieves, is reported beside it as rsAgRoundsPerBlock.
 // Large graphs: when an LP would exceed BoundOptions::maxLpNonzeros, or the solver fails or hits its time
 // limit, the cheap cut bound is returned instead (exact = false): cuts around single vertices, each host,
 // its complement and, for unicast demands, the first half of the ranks. It is valid but may be looser.

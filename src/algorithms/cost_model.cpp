@@ -34,14 +34,17 @@ std::string linkName(const topo::Topology& topology, const topo::Link& link) {
 }  // namespace
 
 const std::vector<LinkProfile>& linkProfiles() {
-  // Per-hop latencies in the spirit of NCCL's hwLat tables (simple protocol, rounded).
+  // Per-hop latencies in the spirit of NCCL's hwLat tables (simple protocol, rounded). Pipelined: GPU
+  // loads/stores and DMA over NVLink/PCIe/C2C and RDMA NICs keep many messages in flight, so a link's
+  // latency does not idle it; a TCP message costs the host its syscall and copy time, and a copy-engine
+  // launch serialises, so those hold the resource.
   static const std::vector<LinkProfile> kProfiles = {
-      {LinkClass::NvLink1, "NVLink1", 0.8},     {LinkClass::NvLink2, "NVLink2", 0.7},
-      {LinkClass::NvLink3, "NVLink3", 0.6},     {LinkClass::NvLink4, "NVLink4", 0.5},
-      {LinkClass::NvLink5, "NVLink5", 0.5},     {LinkClass::Pcie, "PCIe", 1.0},
-      {LinkClass::CpuInterconnect, "CPU-interconnect", 1.0}, {LinkClass::C2C, "C2C", 0.5},
-      {LinkClass::InfiniBand, "IB", 2.0},       {LinkClass::RoCE, "RoCE", 3.0},
-      {LinkClass::Tcp, "TCP", 15.0},            {LinkClass::Local, "local-copy", 0.2},
+      {LinkClass::NvLink1, "NVLink1", 0.8, true},     {LinkClass::NvLink2, "NVLink2", 0.7, true},
+      {LinkClass::NvLink3, "NVLink3", 0.6, true},     {LinkClass::NvLink4, "NVLink4", 0.5, true},
+      {LinkClass::NvLink5, "NVLink5", 0.5, true},     {LinkClass::Pcie, "PCIe", 1.0, true},
+      {LinkClass::CpuInterconnect, "CPU-interconnect", 1.0, true}, {LinkClass::C2C, "C2C", 0.5, true},
+      {LinkClass::InfiniBand, "IB", 2.0, true},       {LinkClass::RoCE, "RoCE", 3.0, true},
+      {LinkClass::Tcp, "TCP", 15.0, false},           {LinkClass::Local, "local-copy", 0.2, false},
   };
   return kProfiles;
 }
@@ -141,8 +144,10 @@ CostModel CostModel::fromTopology(const topo::Topology& topology, std::vector<to
       throwInvalidArgument("cost model: link " + topology.vertex(link.from).name + "->" + topology.vertex(link.to).name +
                            " has no bandwidth");
     }
-    const double alpha = link.latencyUs > 0 ? link.latencyUs : defaultAlphaUs(linkClassOf(topology, link));
-    const int id = model.addResource({linkName(topology, link), alpha, betaFromGBs(link.bandwidthGBs)});
+    const LinkClass cls = linkClassOf(topology, link);
+    const double alpha = link.latencyUs > 0 ? link.latencyUs : defaultAlphaUs(cls);
+    const int id = model.addResource({linkName(topology, link), alpha, betaFromGBs(link.bandwidthGBs),
+                                      !linkProfiles()[static_cast<size_t>(cls)].pipelined});
     linkResource.emplace(key, id);
     return id;
   };
@@ -171,7 +176,7 @@ CostModel CostModel::fromTopology(const topo::Topology& topology, std::vector<to
                              std::to_string(d) + ")");
       }
       std::vector<int> resources;
-      double latency = 0;
+      double latency = 0, hold = 0;
       for (size_t i = 0; i + 1 < path.vertices.size(); ++i) {
         const topo::Link* link = topology.linkBetween(path.vertices[i], path.vertices[i + 1]);
         if (!link) {
@@ -185,11 +190,12 @@ CostModel CostModel::fromTopology(const topo::Topology& topology, std::vector<to
         const int id = linkResourceOf(*link);
         resources.push_back(id);
         latency += model.resource(id).alphaUs;
+        if (model.resource(id).holdsLatency) hold += model.resource(id).alphaUs;
         if (network && topology.vertex(link->to).kind == topo::VertexKind::Nic) {
           resources.push_back(nicResource(link->to, false, *link));
         }
       }
-      model.setRoute(s, d, std::move(resources), latency);
+      model.setRoute(s, d, std::move(resources), latency, hold);
     }
   }
   return model;
@@ -208,12 +214,17 @@ double CostModel::transferUs(int src, int dst, double bytes) const {
   return r.latencyUs + bytes * r.betaUsPerByte;
 }
 
+double CostModel::occupancyUs(int src, int dst, double bytes) const {
+  const CostRoute& r = route(src, dst);
+  return r.holdUs + bytes * r.betaUsPerByte;
+}
+
 int CostModel::addResource(CostResource resource) {
   resources_.push_back(std::move(resource));
   return static_cast<int>(resources_.size() - 1);
 }
 
-void CostModel::setRoute(int src, int dst, std::vector<int> resources, double latencyUs) {
+void CostModel::setRoute(int src, int dst, std::vector<int> resources, double latencyUs, double holdUs) {
   route(src, dst);  // range check
   CostRoute r;
   for (int id : resources) {
@@ -225,6 +236,7 @@ void CostModel::setRoute(int src, int dst, std::vector<int> resources, double la
   }
   r.resources = std::move(resources);
   r.latencyUs = latencyUs;
+  r.holdUs = holdUs < 0 ? latencyUs : std::min(holdUs, latencyUs);
   routes_[static_cast<size_t>(src) * static_cast<size_t>(nranks_) + static_cast<size_t>(dst)] = std::move(r);
 }
 
@@ -237,6 +249,7 @@ std::string CostModel::describe() const {
     out += "  [" + std::to_string(i) + "] " + r.name + ": alpha " + formatNumber(r.alphaUs) + " us, beta " +
            formatNumber(r.betaUsPerByte) + " us/B";
     if (r.betaUsPerByte > 0) out += " (" + formatNumber(1.0 / (r.betaUsPerByte * 1e3)) + " GB/s)";
+    if (!r.holdsLatency) out += ", pipelined";
     out += "\n";
   }
   out += "routes:\n";
@@ -245,7 +258,7 @@ std::string CostModel::describe() const {
       if (s == d) continue;
       const CostRoute& r = route(s, d);
       out += "  " + std::to_string(s) + "->" + std::to_string(d) + ": latency " + formatNumber(r.latencyUs) +
-             " us, beta " + formatNumber(r.betaUsPerByte) + " us/B via";
+             " us (held " + formatNumber(r.holdUs) + "), beta " + formatNumber(r.betaUsPerByte) + " us/B via";
       if (r.resources.empty()) out += " (nothing)";
       for (size_t k = 0; k < r.resources.size(); ++k) {
         out += (k ? ", " : " ") + resources_[static_cast<size_t>(r.resources[k])].name;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <optional>
 #include <queue>
 #include <string>
 #include <tuple>
@@ -47,6 +48,8 @@ struct LaneState {
   uint32_t step = 0;
   uint32_t slice = 0;
   double readyUs = 0;  // when the lane may do its next slice
+  bool sending = false;  // its current slice's message has not left yet
+  size_t recvConn = SIZE_MAX, sendConn = SIZE_MAX;  // connection indices, looked up once
 };
 
 class Simulator {
@@ -70,19 +73,38 @@ class Simulator {
 
   SimResult run() {
     checkPlan();
+    // Event-driven: at each event time only the ranks something happened to are advanced (a slice ended,
+    // a message left or arrived); a rank's lanes are retried until none moves (same-rank deps).
+    dirty_.assign(lanes_.size(), true);
     double t = 0;
     while (true) {
+      now_ = t;
       bool progress = true;
       while (progress) {
         progress = false;
+        woke_ = false;
         for (size_t r = 0; r < lanes_.size(); ++r) {
-          for (size_t l = 0; l < lanes_[r].size(); ++l) progress = advanceLane(static_cast<int>(r), l, t) || progress;
+          if (!dirty_[r]) continue;
+          bool moved = false;
+          for (size_t l = 0; l < lanes_[r].size(); ++l) moved = advanceLane(static_cast<int>(r), l, t) || moved;
+          dirty_[r] = moved;  // moved: its other lanes may now go (deps), so look again
+          progress = progress || moved;
         }
-        progress = startMessages(t) || progress;
+        if (newMessages_ || !startedAt_ || *startedAt_ != t) {  // resources only get busier within one t
+          newMessages_ = false;
+          startedAt_ = t;
+          progress = startMessages(t) || progress;
+        }
+        progress = progress || woke_;
       }
-      while (!times_.empty() && times_.top() <= t) times_.pop();
+      std::fill(dirty_.begin(), dirty_.end(), false);
+      while (!times_.empty() && times_.top().first <= t) times_.pop();
       if (times_.empty()) break;
-      t = times_.top();
+      t = times_.top().first;
+      while (!times_.empty() && times_.top().first <= t) {
+        dirty_[static_cast<size_t>(times_.top().second)] = true;
+        times_.pop();
+      }
     }
     reportStuck();
     for (const auto& rank : finish_) {
@@ -112,23 +134,38 @@ class Simulator {
   std::vector<Message> messages_;
   std::vector<Connection> connections_;
   std::map<std::tuple<int, int, int>, size_t> connectionIndex_;
-  std::priority_queue<double, std::vector<double>, std::greater<>> times_;
+  // (time, rank to advance then); a min-heap.
+  std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>, std::greater<>> times_;
+  std::vector<bool> dirty_;  // ranks to advance at the current time
+  double now_ = 0;
+  bool woke_ = false;         // a rank was marked for the current time during a pass
+  bool newMessages_ = false;  // a message was queued since startMessages last ran
+  std::optional<double> startedAt_;  // when startMessages last ran
+  std::vector<size_t> pending_;  // connections with a message not yet started
 
   uint32_t slicesOf(const Step& step) const {
     return step.kind == StepKind::Nop ? 1 : std::max<uint32_t>(options_.slices, 1);
   }
 
-  void at(double time) { times_.push(time); }
+  void at(double time, int rank) {
+    if (time <= now_) {
+      if (!dirty_[static_cast<size_t>(rank)]) woke_ = true;
+      dirty_[static_cast<size_t>(rank)] = true;
+    } else {
+      times_.emplace(time, rank);
+    }
+  }
 
-  Connection& connection(int src, int dst, int channel) {
+  size_t connectionId(int src, int dst, int channel) {
     const auto key = std::make_tuple(src, dst, channel);
     auto it = connectionIndex_.find(key);
     if (it == connectionIndex_.end()) {
       it = connectionIndex_.emplace(key, connections_.size()).first;
       connections_.push_back({src, dst, channel, {}, 0, 0});
     }
-    return connections_[it->second];
+    return it->second;
   }
+  Connection& connection(int src, int dst, int channel) { return connections_[connectionId(src, dst, channel)]; }
 
   void checkPlan() const {
     const std::string name = "simulate: plan '" + plan_.name + "': ";
@@ -179,11 +216,12 @@ class Simulator {
     const Lane& lane = plan_.ranks[static_cast<size_t>(rank)].lanes[laneIndex];
     LaneState& st = lanes_[static_cast<size_t>(rank)][laneIndex];
     bool did = false;
-    while (st.step < lane.steps.size() && st.readyUs <= t) {
+    while (!st.sending && st.step < lane.steps.size() && st.readyUs <= t) {
       const Step& step = lane.steps[st.step];
       if (st.slice == 0 && !depsMet(rank, step, t)) break;
       if (stepReceives(step.kind)) {
-        Connection& conn = connection(lane.recvPeer, rank, lane.channel);
+        if (st.recvConn == SIZE_MAX) st.recvConn = connectionId(lane.recvPeer, rank, lane.channel);
+        Connection& conn = connections_[st.recvConn];
         if (conn.nextToReceive >= conn.messages.size()) break;
         const Message& m = messages_[conn.messages[conn.nextToReceive]];
         if (m.arrivalUs < 0 || m.arrivalUs > t) break;
@@ -198,7 +236,8 @@ class Simulator {
       }
       const double end = t + compute;
       if (stepSends(step.kind)) {
-        Connection& conn = connection(rank, lane.sendPeer, lane.channel);
+        if (st.sendConn == SIZE_MAX) st.sendConn = connectionId(rank, lane.sendPeer, lane.channel);
+        Connection& conn = connections_[st.sendConn];
         Message m;
         m.src = rank;
         m.dst = lane.sendPeer;
@@ -212,27 +251,37 @@ class Simulator {
         m.seq = messages_.size();
         conn.messages.push_back(messages_.size());
         messages_.push_back(m);
+        st.sending = true;  // the slice is done once its message has left (startMessages)
+        if (conn.nextToStart + 1 == conn.messages.size()) pending_.push_back(st.sendConn);
+        newMessages_ = true;
+        if (end > t) at(end, rank);
+        did = true;
+        break;
       }
       did = true;
-      st.readyUs = end;
-      if (++st.slice == slices) {
-        finish_[static_cast<size_t>(rank)][laneIndex][st.step] = end;
-        ++st.step;
-        st.slice = 0;
-      }
-      if (end > t) at(end);
+      finishSlice(rank, laneIndex, end);
+      if (end > t) at(end, rank);
     }
     return did;
+  }
+
+  void finishSlice(int rank, size_t laneIndex, double end) {
+    const Lane& lane = plan_.ranks[static_cast<size_t>(rank)].lanes[laneIndex];
+    LaneState& st = lanes_[static_cast<size_t>(rank)][laneIndex];
+    st.readyUs = end;
+    if (++st.slice == slicesOf(lane.steps[st.step])) {
+      finish_[static_cast<size_t>(rank)][laneIndex][st.step] = end;
+      ++st.step;
+      st.slice = 0;
+    }
   }
 
   // Starts every waiting message whose connection head it is and whose resources are free at t.
   bool startMessages(double t) {
     std::vector<size_t> candidates;
-    for (size_t c = 0; c < connections_.size(); ++c) {
+    for (size_t c : pending_) {
       const Connection& conn = connections_[c];
-      if (conn.nextToStart < conn.messages.size() && messages_[conn.messages[conn.nextToStart]].readyUs <= t) {
-        candidates.push_back(c);
-      }
+      if (messages_[conn.messages[conn.nextToStart]].readyUs <= t) candidates.push_back(c);
     }
     if (candidates.empty()) return false;
     std::sort(candidates.begin(), candidates.end(), [&](size_t a, size_t b) {
@@ -248,7 +297,7 @@ class Simulator {
       const bool free = std::all_of(route.resources.begin(), route.resources.end(),
                                     [&](int id) { return freeAt_[static_cast<size_t>(id)] <= t; });
       if (!free) continue;
-      const double duration = route.latencyUs + m.bytes * route.betaUsPerByte;
+      const double duration = route.holdUs + m.bytes * route.betaUsPerByte;  // resources busy
       const double end = t + duration;
       for (int id : route.resources) {
         freeAt_[static_cast<size_t>(id)] = end;
@@ -259,13 +308,17 @@ class Simulator {
           result_.events.push_back({id, m.src, m.dst, m.channel, m.lane, m.step, m.slice, m.chunks, m.bytes, t, end});
         }
       }
-      m.arrivalUs = end;
+      m.arrivalUs = t + route.latencyUs + m.bytes * route.betaUsPerByte;
       ++conn.nextToStart;
+      lanes_[static_cast<size_t>(m.src)][m.lane].sending = false;  // the sender's slice is done once it has left
+      finishSlice(m.src, m.lane, end);
       ++result_.messages;
       result_.bytesSent += m.bytes;
-      at(end);
+      at(end, m.src);
+      at(m.arrivalUs, m.dst);
       started = true;
     }
+    std::erase_if(pending_, [&](size_t c) { return connections_[c].nextToStart == connections_[c].messages.size(); });
     return started;
   }
 

@@ -13,13 +13,15 @@
 // - A step starts once its deps (steps of other lanes of the rank) have finished and its lane's
 //   previous step has finished; a receiving slice also waits for its data to arrive. Reducing
 //   kinds then spend gammaUsPerByte per byte, Copy / Reduce steps localCopyUsPerByte (plus gamma
-//   for Reduce); a sending slice is then handed to the network and the lane moves on (sends are
-//   eager: they do not wait for the receiver).
+//   for Reduce); a sending slice is then handed to the network, and the lane moves on once its
+//   message has left (its resources released: a GPU lane copies the data out before its next step);
+//   sends never wait for the receiver to post its receive.
 // - The k-th message on a connection (sender, receiver, channel) is the k-th slice received on it;
 //   messages of one connection start in order (FIFO).
 // - A message of s bytes on route src->dst starts when all of the route's resources are free (and
-//   the previous message of its connection started), holds all of them, cut-through, and arrives
-//   at start + latencyUs + s * betaUsPerByte. A resource serves one message at a time; among
+//   the previous message of its connection started), holds all of them, cut-through, for
+//   holdUs + s * betaUsPerByte, and arrives at start + latencyUs + s * betaUsPerByte (CostRoute:
+//   a pipelined link's latency delays the message without keeping the link busy). A resource serves one message at a time; among
 //   messages waiting for resources the one ready first (then issued first) goes first.
 // - Nothing can progress while work remains: Error(ncclInvalidArgument) naming a blocked rank,
 //   lane and step. Data sent and never received is the same error.

@@ -18,6 +18,7 @@
 #include "algorithms/synthesizer/synthesizer.hpp"
 #include "algorithms/validator.hpp"
 #include "common/error.hpp"
+#include "common/hash.hpp"
 #include "common/log.hpp"
 #include "common/params.hpp"
 #include "core/execution.hpp"
@@ -309,7 +310,7 @@ void Communicator::loadPlanFiles() {
   std::string list = params::kMscclXmlFiles.get();
   std::replace(list.begin(), list.end(), ',', ':');
   std::istringstream in(list);
-  uint64_t digest = 1469598103934665603ull;
+  uint64_t digest = kFnv1a64Offset;
   for (std::string path; std::getline(in, path, ':');) {
     if (path.empty()) continue;
     algo::Plan plan = algo::loadMscclXml(path);
@@ -323,7 +324,7 @@ void Communicator::loadPlanFiles() {
     } catch (const Error& e) {
       throwInvalidArgument("MSCCL_XML_FILES: " + path + " does not validate: " + e.what());
     }
-    for (char c : algo::writeMscclXml(plan)) digest = (digest ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    digest = fnv1a64(algo::writeMscclXml(plan), digest);
     TOPOCCL_INFO(log::kInit | log::kTuning, "MSCCL_XML_FILES: %s: '%s' for %s, %llu..%llu bytes%s%s", path.c_str(),
                  plan.name.c_str(), algo::collectiveName(plan.collective), static_cast<unsigned long long>(plan.minBytes),
                  static_cast<unsigned long long>(plan.maxBytes), plan.inPlace ? ", in place" : "",

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "common/error.hpp"
+#include "common/hash.hpp"
 #include "topology/cluster.hpp"
 
 namespace topoccl::topo {
@@ -49,15 +50,6 @@ const SearchLevel kLevels[] = {
     {~0u, bit(VertexKind::PciSwitch) | bit(VertexKind::Cpu) | bit(VertexKind::NvSwitch) |
               bit(VertexKind::NetSwitch) | bit(VertexKind::Nic)},                         // NET
 };
-
-uint64_t fnv1a64(const std::string& text) {
-  uint64_t hash = 1469598103934665603ull;
-  for (unsigned char c : text) {
-    hash ^= c;
-    hash *= 1099511628211ull;
-  }
-  return hash;
-}
 
 std::string fmt(double value) {
   char buf[32];

@@ -96,10 +96,24 @@ TEST_CASE("DGX-1 link list: steps 2, AG 7/6, A2A 8/3, broadcast 1/6, scatter 7/6
     CHECK(rpb(reduceBound(g, root)) == Approx(1.0 / 6));
     CHECK(rpb(scatterBound(g, root)) == Approx(7.0 / 6).epsilon(1e-9));
   }
-  // AllReduce: every rank must take in M bytes through 6 links; RS+AG achieves 2 * 7/6 / 8.
+  // AllReduce: every rank must take in M bytes through 6 links (1/6), but every element needs 2(N-1) = 14
+  // partial-sum transmissions over the ranks' 8 x 6 links: 14/48, which RS+AG achieves (2 * 7/6 / 8).
   const CollectiveBound ar = collectiveBound(g, Collective::AllReduce);
-  CHECK(ar.bandwidth.roundsPerBlock == Approx(1.0 / 6));
+  CHECK(ar.bandwidth.roundsPerBlock == Approx(14.0 / 48));
   CHECK(ar.rsAgRoundsPerBlock == Approx(2 * 7.0 / 6 / 8));
+  CHECK(rpb(cutBound(g, Collective::AllReduce)) == Approx(14.0 / 48));
+  {
+    // Two 4-rank cliques joined by one slow link: the information bound (1/0.25 across it) rules instead.
+    std::vector<LinkListEntry> links;
+    for (int h = 0; h < 2; ++h)
+      for (int a = 0; a < 4; ++a)
+        for (int b = a + 1; b < 4; ++b) links.push_back({4 * h + a, 4 * h + b, 1.0});
+    links.push_back({0, 4, 0.25});
+    const BoundGraph dumbbell = BoundGraph::fromLinkList(8, links);
+    const CollectiveBound d = collectiveBound(dumbbell, Collective::AllReduce);
+    CHECK(d.bandwidth.roundsPerBlock == Approx(4.0));
+    CHECK(d.bandwidth.detail.find("combining") != std::string::npos);
+  }
   std::cout << "[bounds] " << ar.describe() << "\n";
 
   // Seconds: T >= (7/6) L beta with L the per-rank shard; 8 shards of 6000 bytes at 1 GB/s per link.

@@ -485,19 +485,23 @@ TEST_CASE("fromTopology: NVSwitch ports and NICs are shared resources", "[sim]")
   const double one = simulate(flows(4, {{1, 0}}), bytes, model).finishUs;
   CHECK(one == Approx(model.route(1, 0).latencyUs + 1e8 / 100e3));
   CHECK(simulate(flows(4, {{1, 0}, {2, 3}}), bytes, model).finishUs == Approx(one));      // disjoint ports
-  CHECK(simulate(flows(4, {{1, 0}, {2, 0}}), bytes, model).finishUs == Approx(2 * one));  // one egress port
-  CHECK(simulate(flows(4, {{0, 1}, {0, 2}}), bytes, model).finishUs == Approx(2 * one));  // one ingress port
+  // NVLink is pipelined: the second message waits for the port's bytes, not for the first one's latency.
+  const double busy = model.occupancyUs(1, 0, 1e8);
+  CHECK(model.route(1, 0).holdUs == 0);
+  CHECK(busy == Approx(1e8 / 100e3));
+  CHECK(simulate(flows(4, {{1, 0}, {2, 0}}), bytes, model).finishUs == Approx(one + busy));  // one egress port
+  CHECK(simulate(flows(4, {{0, 1}, {0, 2}}), bytes, model).finishUs == Approx(one + busy));  // one ingress port
 
   // Two hosts, two GPUs each behind one PCIe switch and one 100 Gb/s NIC: the NIC is shared.
+  const auto twoHosts = [&](topo::LinkLayer layer, std::vector<topo::VertexId>& devices) {
   topo::Topology net;
   const topo::VertexId spine = net.addVertex(Vertex{.kind = VertexKind::NetSwitch, .name = "netsw0"});
-  std::vector<topo::VertexId> devices;
   for (int h = 0; h < 2; ++h) {
     const std::string hs = std::to_string(h);
     net.addVertex(Vertex{.kind = VertexKind::Host, .name = "host" + hs, .host = h});
     const topo::VertexId pci = net.addVertex(Vertex{.kind = VertexKind::PciSwitch, .name = "pcisw" + hs, .host = h});
     const topo::VertexId nic = net.addVertex(Vertex{.kind = VertexKind::Nic, .name = "nic" + hs, .host = h,
-                                                    .speedGbps = 100, .linkLayer = topo::LinkLayer::InfiniBand});
+                                                    .speedGbps = 100, .linkLayer = layer});
     net.addLink(pci, nic, Link{.kind = LinkKind::Pcie, .pcieGen = 4, .pcieWidth = 16});
     net.addLink(nic, spine, Link{.kind = LinkKind::Network, .bandwidthGBs = 12.5});
     for (int g = 0; g < 2; ++g) {
@@ -507,6 +511,10 @@ TEST_CASE("fromTopology: NVSwitch ports and NICs are shared resources", "[sim]")
       devices.push_back(gpu);
     }
   }
+  return net;
+  };
+  std::vector<topo::VertexId> devices, tcpDevices;
+  const topo::Topology net = twoHosts(topo::LinkLayer::InfiniBand, devices);
   const CostModel cluster = CostModel::fromTopology(net, devices);
   INFO(cluster.describe());
   const auto names = [&](int s, int d) {
@@ -520,6 +528,36 @@ TEST_CASE("fromTopology: NVSwitch ports and NICs are shared resources", "[sim]")
   CHECK(names(0, 1).find("nic") == std::string::npos);  // same PCIe switch: no NIC
   CHECK(cluster.route(0, 2).betaUsPerByte == Approx(1.0 / 12.5e3));
   const double single = simulate(flows(4, {{0, 2}}), bytes, cluster).finishUs;
-  CHECK(simulate(flows(4, {{0, 2}, {1, 3}}), bytes, cluster).finishUs == Approx(2 * single));
+  CHECK(simulate(flows(4, {{0, 2}, {1, 3}}), bytes, cluster).finishUs ==
+        Approx(single + cluster.occupancyUs(0, 2, 1e8)));  // IB and PCIe are pipelined: one latency
   CHECK(simulate(flows(4, {{0, 2}, {3, 1}}), bytes, cluster).finishUs == Approx(single));  // full duplex
+
+  // Over TCP a message costs the hosts its latency too (syscalls, copies): the NIC is held for it.
+  const topo::Topology tcpNet = twoHosts(topo::LinkLayer::Ethernet, tcpDevices);
+  const CostModel tcp = CostModel::fromTopology(tcpNet, tcpDevices);
+  INFO(tcp.describe());
+  CHECK(tcp.route(0, 2).holdUs > 0);
+  CHECK(tcp.route(0, 2).holdUs < tcp.route(0, 2).latencyUs);  // the PCIe hops are still pipelined
+  const double tcpSingle = simulate(flows(4, {{0, 2}}), bytes, tcp).finishUs;
+  CHECK(simulate(flows(4, {{0, 2}, {1, 3}}), bytes, tcp).finishUs ==
+        Approx(tcpSingle + tcp.occupancyUs(0, 2, 1e8)));
+  CHECK(CostModel::uniform(3, 2.0, 1.0).route(0, 1).holdUs == 2.0);  // the textbook model holds all of it
+}
+
+TEST_CASE("a send step ends when its message has left, so a dependent step waits for it", "[sim]") {
+  // Uniform single-port model, alpha 0, beta 1 us/B; 4 chunks of 1 byte. Rank 0 sends 3 chunks to rank 1 first;
+  // rank 2's 1-chunk send to rank 1 waits for rank 1's receive port until t=3 and leaves at 4. Rank 2's second
+  // lane sends to rank 0 after that first send step: it starts at 4 and lands at 5 (a queued send that counted
+  // as done would let it land at 1, and the run end at 4).
+  const CostModel model = CostModel::uniform(3, 0.0, 1.0);
+  Builder b("depends-on-a-send", Collective::AllReduce, 3, 4);
+  b.add(0, b.lane(0, 1, -1), StepKind::Send, input(0, 3), {});
+  b.add(1, b.lane(1, -1, 0), StepKind::Recv, {}, output(0, 3));
+  const uint16_t first = b.lane(2, 1, -1);
+  const StepRef sent = b.add(2, first, StepKind::Send, input(3), {});
+  b.add(1, b.lane(1, -1, 2), StepKind::Recv, {}, output(3));
+  b.add(2, b.lane(2, 0, -1), StepKind::Send, input(0), {}, sent);
+  b.add(0, b.lane(0, -1, 2), StepKind::Recv, {}, output(3));
+  const SimResult r = simulate(b.plan, 4, model);
+  CHECK(r.finishUs == Approx(5.0));
 }

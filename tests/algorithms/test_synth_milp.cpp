@@ -338,8 +338,10 @@ TEST_CASE("routing MILP: valid, correct, never worse than its warm start, within
                     << bestTreeUs << " us (" << r.strategy << ")");
         REQUIRE(milpUs > 0);
         CHECK(milpUs <= bestTreeUs * (1 + 1e-9));  // warm start = the best heuristic trees of each C
-        CHECK(r.timeUs <= h.timeUs * (1 + 1e-9) + 0 * wall);
-        CHECK(wall < 2 * opt.milpSeconds + h.seconds + 1);  // one solve per C (2 here), each within its limit
+        CHECK(r.timeUs <= h.timeUs * (1 + 1e-9));
+        // One solve per C (2 here), each stopped by CBC at its limit; the margin only catches a runaway solve on a
+        // shared, noisy machine (speed is measured in perf/, not asserted here).
+        CHECK(wall < 2 * opt.milpSeconds + h.seconds + 30);
 
         // The family alone: a valid, correct plan.
         synth::SynthOptions only = opt;
@@ -371,7 +373,9 @@ TEST_CASE("routing MILP: valid, correct, never worse than its warm start, within
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     WARN("routeMilp dgx1 AG 4M C=3 from star trees, symmetry " << symmetry << ": " << m.status << ", " << m.binaries
                                                                << " binaries, " << wall << " s");
-    CHECK(wall < mo.timeLimitSeconds + 1);
+    // CBC either proved optimality or stopped at the limit it was given (its own status, not our clock).
+    CHECK((m.status.rfind("optimal", 0) == 0 || m.status.rfind("time limit", 0) == 0));
+    CHECK(wall < mo.timeLimitSeconds + 30);  // a runaway guard, not a speed claim
     CHECK(m.objective <= m.warmObjective * (1 + 1e-9));
     CHECK(m.objective == Approx(synth::milpObjective(model, Collective::AllGather, 4 << 20, 3, m.trees)));
     CHECK(m.symmetric == (symmetry == 4));  // DGX-1 is invariant under r -> r + 4

@@ -329,7 +329,7 @@ struct Transfer {
   bool last = false;
   bool staged = false;  // last hop of a part whose reverse part is one hop too: lands in scratch, then a Copy
   std::vector<uint32_t> preds, succs;
-  double cost = 0, start = 0, end = 0, remaining = 0;
+  double cost = 0, hold = 0, start = 0, end = 0, remaining = 0;  // cost: start to arrival; hold: resources busy
   uint32_t topo = 0;
 };
 
@@ -359,6 +359,7 @@ Transfers buildTransfers(const Routing& routes, const CostModel& model, int n, u
           t.hop = static_cast<uint32_t>(h);
           t.last = h + 2 == path.size();
           t.cost = model.transferUs(t.from, t.to, partBytes);
+          t.hold = model.occupancyUs(t.from, t.to, partBytes);
           if (prev != UINT32_MAX) t.preds.push_back(prev);
           tr.all.push_back(std::move(t));
           prev = static_cast<uint32_t>(tr.all.size() - 1);
@@ -439,7 +440,7 @@ void schedule(std::vector<Transfer>& all, const CostModel& model, Order order) {
     Transfer& tr = all[t];
     tr.start = startOf(t);
     tr.end = tr.start + tr.cost;
-    for (int r : model.route(tr.from, tr.to).resources) resourceFree[at(r)] = tr.end;
+    for (int r : model.route(tr.from, tr.to).resources) resourceFree[at(r)] = tr.start + tr.hold;
     for (uint32_t s : tr.succs) {
       readyAt[s] = std::max(readyAt[s], tr.end);
       if (--pending[s] == 0) heap.push(keyOf(s));

@@ -3,6 +3,7 @@
 // per-connection orders are fixed too, and a merge of two adjacent transfers is kept when the simulator
 // says the plan got faster (one alpha instead of two against the lost pipelining).
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <map>
 #include <tuple>
@@ -103,9 +104,17 @@ ContiguityResult mergeContiguous(const Plan& plan, const CostModel& model, uint6
     return out;
   }
 
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto outOfTime = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > options.secondsLimit;
+  };
   for (const Connection& cn : connections) {
     uint32_t i = 0;
     for (;;) {
+      if (outOfTime()) {
+        out.note = "time limit reached";
+        break;
+      }
       const auto& sendSteps = out.plan.ranks[idx(cn.from)].lanes[cn.sendLane].steps;
       const auto& recvSteps = out.plan.ranks[idx(cn.to)].lanes[cn.recvLane].steps;
       // Every step of both lanes must move data on this connection, so positions pair up.
@@ -154,10 +163,12 @@ ContiguityResult mergeContiguous(const Plan& plan, const CostModel& model, uint6
   return out;
 }
 
-void applyContiguity(SynthResult& result, const CostModel& model, uint64_t bytes, const SynthOptions& options) {
+void applyContiguity(SynthResult& result, const CostModel& model, uint64_t bytes, const SynthOptions& options,
+                     double secondsLeft) {
   ContiguityOptions co;
   co.sim = options.sim;
   co.validate = true;
+  co.secondsLimit = std::max(0.0, secondsLeft);
   ContiguityResult merged = mergeContiguous(result.plan, model, bytes, co);
   if (merged.merges == 0 || !(merged.afterUs < result.timeUs)) return;
   result.beforeContiguityUs = result.timeUs;

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "algorithms/msccl_xml.hpp"
+#include "common/hash.hpp"
 #include "common/log.hpp"
 #include "common/params.hpp"
 
@@ -20,15 +21,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-uint64_t fnv1a64(const std::string& text) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char ch : text) {
-    h ^= ch;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 std::string hex16(uint64_t v) {
   char buf[24];

@@ -24,7 +24,7 @@
 namespace topoccl::algo::synth {
 
 // Bump when synthesis changes what it produces for the same inputs: old entries then miss.
-inline constexpr int kSynthesizerVersion = 3;
+inline constexpr int kSynthesizerVersion = 4;  // 4: cost model v2 (pipelined links, sends end when they left)
 
 struct PlanCacheKey {
   std::string topologyFingerprint;

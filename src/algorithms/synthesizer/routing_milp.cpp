@@ -57,9 +57,9 @@ ArcCosts arcCosts(const CostModel& model, Collective c, uint64_t bytes, uint32_t
       if (lat > 0) minAlpha = std::min(minAlpha, lat);
       std::map<int, double> occ;
       if (c != Collective::ReduceScatter)
-        for (int r : model.route(u, v).resources) occ[r] += model.transferUs(u, v, chunk);
+        for (int r : model.route(u, v).resources) occ[r] += model.occupancyUs(u, v, chunk);
       if (c != Collective::AllGather) {
-        const double back = model.transferUs(v, u, chunk) + model.gammaUsPerByte * chunk;
+        const double back = model.occupancyUs(v, u, chunk) + model.gammaUsPerByte * chunk;
         for (int r : model.route(v, u).resources) occ[r] += back;
       }
       a.occupancy[idx(u)][idx(v)].assign(occ.begin(), occ.end());
@@ -125,6 +125,7 @@ bool rotationSymmetric(const CostModel& model, const std::vector<std::vector<boo
       const CostRoute& b = model.route(su, sv);
       if (graph[idx(u)][idx(v)] != graph[idx(su)][idx(sv)]) return false;
       if (std::abs(a.latencyUs - b.latencyUs) > 1e-9 * (1 + a.latencyUs) ||
+          std::abs(a.holdUs - b.holdUs) > 1e-9 * (1 + a.holdUs) ||
           std::abs(a.betaUsPerByte - b.betaUsPerByte) > 1e-12 * (1 + a.betaUsPerByte) ||
           a.resources.size() != b.resources.size()) {
         return false;

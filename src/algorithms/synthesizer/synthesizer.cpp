@@ -34,11 +34,9 @@ double chunkBytesOf(Collective c, int n, uint64_t bytes, uint32_t chunksPerRank)
   return blockBytes(c, n, bytes) / static_cast<double>(chunksPerBlockOf(c, n, chunksPerRank));
 }
 
-// Time of one chunk alone on the route u -> v (what it holds each of the route's resources for).
-double transferTime(const CostModel& model, int u, int v, double chunkBytes) {
-  const CostRoute& r = model.route(u, v);
-  return r.latencyUs + chunkBytes * r.betaUsPerByte;
-}
+// Time of one chunk alone on the route u -> v, start to arrival (CostModel::occupancyUs: how long it holds
+// the route's resources, without a pipelined link's latency).
+double transferTime(const CostModel& model, int u, int v, double chunkBytes) { return model.transferUs(u, v, chunkBytes); }
 
 // ---- ordering: list scheduling of the transfers -----------------------------------------------------
 
@@ -47,7 +45,8 @@ struct Transfer {
   int from = -1, to = -1;
   bool reduce = false;  // reduce-scatter phase (towards the tree's root)
   std::vector<uint32_t> preds, succs;
-  double cost = 0;
+  double cost = 0;       // start to arrival (and the reduction)
+  double hold = 0;       // how long the route's resources are busy
   double start = 0, end = 0;
   double remaining = 0;  // longest path from this transfer (inclusive) to the end
   uint32_t topo = 0;     // position in a topological order
@@ -72,6 +71,7 @@ std::vector<Transfer> buildTransfers(Collective c, const std::vector<Tree>& tree
     t.to = to;
     t.reduce = reduce;
     t.cost = transferTime(model, from, to, chunkBytes) + (reduce ? model.gammaUsPerByte * chunkBytes : 0.0);
+    t.hold = model.occupancyUs(from, to, chunkBytes);
     all.push_back(std::move(t));
     return static_cast<uint32_t>(all.size() - 1);
   };
@@ -160,7 +160,7 @@ void schedule(std::vector<Transfer>& all, const CostModel& model, Order order) {
     Transfer& tr = all[t];
     tr.start = bestStart;
     tr.end = bestStart + tr.cost;
-    for (int r : model.route(tr.from, tr.to).resources) resourceFree[idx(r)] = tr.end;
+    for (int r : model.route(tr.from, tr.to).resources) resourceFree[idx(r)] = bestStart + tr.hold;
     for (uint32_t s : tr.succs) {
       readyAt[s] = std::max(readyAt[s], tr.end);
       if (--pending[s] == 0) ready.push_back(s);
@@ -229,7 +229,8 @@ struct Context {
   int n = 0;
   double chunkBytes = 0;
   std::vector<std::vector<bool>> direct;
-  std::vector<std::vector<double>> time;  // transferTime per pair
+  std::vector<std::vector<double>> time;  // transferTime per pair (arrival)
+  std::vector<std::vector<double>> hold;  // CostModel::occupancyUs per pair (resource load)
 };
 
 enum class Builder : uint8_t { Bfs, Pack };
@@ -264,7 +265,7 @@ Tree growTree(const Context& ctx, int s, Builder mode, double lambda, int rotati
           const double t = ctx.time[idx(u)][idx(v)];
           double bottleneck = 0;
           for (int r : ctx.model.route(u, v).resources) bottleneck = std::max(bottleneck, load[idx(r)]);
-          bottleneck += t;
+          bottleneck += ctx.hold[idx(u)][idx(v)];
           const int tie = ((v - s - rotation) % n + 2 * n) % n;
           const auto key = mode == Builder::Bfs
                                ? std::make_tuple(static_cast<double>(depth[idx(u)] + 1), bottleneck,
@@ -285,7 +286,7 @@ Tree growTree(const Context& ctx, int s, Builder mode, double lambda, int rotati
     depth[idx(bv)] = depth[idx(bu)] + 1;
     arrive[idx(bv)] = arrive[idx(bu)] + ctx.time[idx(bu)][idx(bv)];
     members.push_back(bv);
-    for (int r : ctx.model.route(bu, bv).resources) load[idx(r)] += ctx.time[idx(bu)][idx(bv)];
+    for (int r : ctx.model.route(bu, bv).resources) load[idx(r)] += ctx.hold[idx(bu)][idx(bv)];
   }
   return tree;
 }
@@ -294,7 +295,7 @@ void addLoad(const Context& ctx, const Tree& tree, std::vector<double>& load, do
   for (int v = 0; v < ctx.n; ++v) {
     const int u = tree.parent[idx(v)];
     if (u < 0) continue;
-    for (int r : ctx.model.route(u, v).resources) load[idx(r)] += sign * ctx.time[idx(u)][idx(v)];
+    for (int r : ctx.model.route(u, v).resources) load[idx(r)] += sign * ctx.hold[idx(u)][idx(v)];
   }
 }
 
@@ -642,8 +643,10 @@ SynthResult synthesize(const CostModel& model, Collective c, uint64_t bytes, con
     }
     return time;
   };
+  double slowestCandidate = 0;  // seconds: one candidate's lowering + simulation (grows with C and N)
   const auto outOfTime = [&] {
-    if (have && elapsed() > options.budgetSeconds) {
+    // Stops before a candidate that would likely end past the budget (64 ranks: one takes tens of seconds).
+    if (have && elapsed() + slowestCandidate > options.budgetSeconds) {
       result.budgetExhausted = true;
       return true;
     }
@@ -688,53 +691,73 @@ SynthResult synthesize(const CostModel& model, Collective c, uint64_t bytes, con
     }
   }
 
+  double slowestBuild = 0;  // seconds: growing one family's trees (grows faster than C: rip-up passes)
   for (uint32_t C = options.minChunksPerRank; C <= options.maxChunksPerRank && !outOfTime(); ++C) {
-    Context ctx{model, n, chunkBytesOf(c, n, bytes, C), direct, {}};
+    Context ctx{model, n, chunkBytesOf(c, n, bytes, C), direct, {}, {}};
     ctx.time.assign(idx(n), std::vector<double>(idx(n), 0.0));
-    for (int u = 0; u < n; ++u)
-      for (int v = 0; v < n; ++v)
-        if (u != v) ctx.time[idx(u)][idx(v)] = transferTime(model, u, v, ctx.chunkBytes);
+    ctx.hold = ctx.time;
+    for (int u = 0; u < n; ++u) {
+      for (int v = 0; v < n; ++v) {
+        if (u == v) continue;
+        ctx.time[idx(u)][idx(v)] = transferTime(model, u, v, ctx.chunkBytes);
+        ctx.hold[idx(u)][idx(v)] = model.occupancyUs(u, v, ctx.chunkBytes);
+      }
+    }
+    // Trees are grown lazily, family by family, so the budget also bounds the growing (64 ranks: seconds each).
     struct Candidate {
       std::string family, label;
+      std::function<std::vector<Tree>()> grow;
       std::vector<Tree> trees;
     };
     std::vector<Candidate> candidates;
-    candidates.push_back({"bfs", "bfs", buildTrees(ctx, C, Builder::Bfs, 0, 2, rotation)});
+    candidates.push_back({"bfs", "bfs", [&] { return buildTrees(ctx, C, Builder::Bfs, 0, 2, rotation); }, {}});
     for (double lambda : {0.0, 0.5, 2.0}) {
       char label[32];
       std::snprintf(label, sizeof label, "pack(l=%.1f)", lambda);
-      candidates.push_back({"pack", label, buildTrees(ctx, C, Builder::Pack, lambda, 3, rotation)});
+      candidates.push_back({"pack", label, [&, lambda] { return buildTrees(ctx, C, Builder::Pack, lambda, 3, rotation); }, {}});
     }
-    candidates.push_back({"star", "star", starTrees(n, C)});
+    candidates.push_back({"star", "star", [&] { return starTrees(n, C); }, {}});
     if (multiHost) {
       const std::vector<int>& host = model.rankHost;
-      candidates.push_back({"hier", "hier-rail-bfs", hierTrees(ctx, host, C, Crossing::Rail, Builder::Bfs, 0, 2, rotation)});
-      candidates.push_back(
-          {"hier", "hier-rail-pack(l=0.5)", hierTrees(ctx, host, C, Crossing::Rail, Builder::Pack, 0.5, 3, rotation)});
-      candidates.push_back({"hier", "hier-gw-bfs", hierTrees(ctx, host, C, Crossing::Gateway, Builder::Bfs, 0, 2, rotation)});
-      candidates.push_back({"hier", "hier-pack(l=0.5)", hierTrees(ctx, host, C, Crossing::Any, Builder::Pack, 0.5, 3, rotation)});
+      candidates.push_back({"hier", "hier-rail-bfs",
+                            [&] { return hierTrees(ctx, host, C, Crossing::Rail, Builder::Bfs, 0, 2, rotation); }, {}});
+      candidates.push_back({"hier", "hier-rail-pack(l=0.5)",
+                            [&] { return hierTrees(ctx, host, C, Crossing::Rail, Builder::Pack, 0.5, 3, rotation); }, {}});
+      candidates.push_back({"hier", "hier-gw-bfs",
+                            [&] { return hierTrees(ctx, host, C, Crossing::Gateway, Builder::Bfs, 0, 2, rotation); }, {}});
+      candidates.push_back({"hier", "hier-pack(l=0.5)",
+                            [&] { return hierTrees(ctx, host, C, Crossing::Any, Builder::Pack, 0.5, 3, rotation); }, {}});
     }
     if (!rings.empty()) {
-      candidates.push_back({"rings", "rings/" + std::to_string(rings.size()), ringTrees(n, C, rings)});
+      candidates.push_back({"rings", "rings/" + std::to_string(rings.size()), [&] { return ringTrees(n, C, rings); }, {}});
     }
     const bool wantMilp = options.milp;
     const std::vector<Tree>* warm = nullptr;  // the fastest heuristic trees of this C: the MILP's warm start
     double warmUs = 0;
     Order warmOrder = Order::LongestRemainingFirst;
-    for (const Candidate& cand : candidates) {
+    for (Candidate& cand : candidates) {
       const bool wanted = !options.sketch || options.sketch->wantsFamily(cand.family);
       if (!wanted && !wantMilp) continue;
+      if (have && elapsed() + slowestBuild + slowestCandidate > options.budgetSeconds) {
+        result.budgetExhausted = true;
+        break;
+      }
+      const double growStart = elapsed();
+      cand.trees = cand.grow();
+      slowestBuild = std::max(slowestBuild, elapsed() - growStart);
       int hops = 0;
       for (const Tree& t : cand.trees) hops = std::max(hops, treeDepth(t));
       for (Order order : {Order::LongestRemainingFirst, Order::EarliestStartFirst, Order::Mirrored}) {
         if (outOfTime()) break;
         if (order == Order::Mirrored && c == Collective::AllGather) continue;
+        const double candidateStart = elapsed();
         Plan plan = lowerTrees(c, cand.trees, C, model, bytes, order);
         plan.name = "synth-" + cand.family;
         const std::string strategy = cand.label + " C=" + std::to_string(C) + " order=" + orderName(order);
         const double us = wanted ? consider(std::move(plan), cand.family, strategy, C, hops)
                                  : simulate(plan, bytes, model, options.sim).finishUs;
         if (warm == nullptr || us < warmUs) std::tie(warm, warmUs, warmOrder) = std::make_tuple(&cand.trees, us, order);
+        slowestCandidate = std::max(slowestCandidate, elapsed() - candidateStart);
       }
     }
     if (wantMilp && warm != nullptr && !outOfTime()) {  // routing_milp.cpp
@@ -744,7 +767,9 @@ SynthResult synthesize(const CostModel& model, Collective c, uint64_t bytes, con
       }
     }
   }
-  if (options.contiguity && have) applyContiguity(result, model, bytes, options);  // contiguity.cpp
+  if (options.contiguity && have) {  // contiguity.cpp
+    applyContiguity(result, model, bytes, options, options.budgetSeconds - elapsed());
+  }
   result.plan.predictedMicros = result.timeUs;
   if (options.validate) validateOrThrow(result.plan, ncclInternalError);
   result.seconds = elapsed();

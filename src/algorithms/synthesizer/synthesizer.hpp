@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
@@ -181,6 +182,7 @@ struct ContiguityOptions {
   SimOptions sim{1, false};
   bool validate = true;
   bool keepMscclExportable = true;  // refuse merges that make an exportable plan unexportable as MSCCL XML
+  double secondsLimit = std::numeric_limits<double>::infinity();  // wall clock; past it no more attempts
 };
 struct ContiguityResult {
   Plan plan;
@@ -191,8 +193,9 @@ struct ContiguityResult {
 ContiguityResult mergeContiguous(const Plan& plan, const CostModel& model, uint64_t bytes,
                                  const ContiguityOptions& options = {});
 // synthesize()'s post-pass: mergeContiguous on the winner, kept when faster (updates plan, timeUs, strategy,
-// contiguityMerges, beforeContiguityUs).
-void applyContiguity(SynthResult& result, const CostModel& model, uint64_t bytes, const SynthOptions& options);
+// contiguityMerges, beforeContiguityUs), within secondsLeft of the synthesis budget.
+void applyContiguity(SynthResult& result, const CostModel& model, uint64_t bytes, const SynthOptions& options,
+                     double secondsLeft);
 
 // The options with a sketch's settings applied (chunks, budget, MILP time, contiguity).
 SynthOptions applySketch(const SynthOptions& options);
