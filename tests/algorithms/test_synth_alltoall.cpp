@@ -14,6 +14,7 @@
 #include "algorithms/validator.hpp"
 #include "common/error.hpp"
 #include "reference_executor.hpp"
+#include "synth_support.hpp"
 #include "topology/cluster.hpp"
 #include "topology/loaders.hpp"
 
@@ -22,29 +23,17 @@ using namespace topoccl::algo;
 
 namespace {
 
-struct Machine {
-  std::string name;
-  topo::Topology topology;
-  std::vector<topo::VertexId> devices;
-};
-
-Machine subset(const std::string& name, const topo::Topology& t, const std::vector<int>& gpuPositions) {
-  const std::vector<topo::VertexId> all = synth::defaultRankDevices(t);
-  std::vector<topo::VertexId> devices;
-  for (int g : gpuPositions) devices.push_back(all.at(static_cast<size_t>(g)));
-  return {name, t, devices};
-}
+using testing::Machine;
+using testing::subset;
+using testing::wholeMachine;
 
 std::vector<Machine> machines() {
   const topo::Topology dgx1 = topo::loadPreset("dgx1");
   const topo::Topology a100 = topo::loadPreset("dgx-a100");
-  topo::ClusterSpec spec;
-  spec.hosts = 2;
-  const topo::Topology ndv2x2 = topo::buildCluster(topo::loadPreset("ndv2"), spec);
   return {
-      {"dgx1", dgx1, synth::defaultRankDevices(dgx1)},
-      {"dgx-a100", a100, synth::defaultRankDevices(a100)},
-      {"ndv2 x2 hosts", ndv2x2, synth::defaultRankDevices(ndv2x2)},
+      wholeMachine("dgx1", dgx1),
+      wholeMachine("dgx-a100", a100),
+      wholeMachine("ndv2 x2 hosts", testing::cluster("ndv2", 2)),
       subset("dgx1 GPUs 0-5 (6 ranks)", dgx1, {0, 1, 2, 3, 4, 5}),
       subset("dgx1 GPUs 0,3,5 (3 ranks)", dgx1, {0, 3, 5}),
   };
@@ -81,18 +70,7 @@ TEST_CASE("synthesized all-to-all plans validate, compute correctly, are determi
       CHECK_FALSE(r.budgetExhausted);
       CHECK(r.plan.nranks == n);
       CHECK(r.plan.collective == Collective::AllToAll);
-      const ValidationReport report = validate(r.plan);
-      INFO(report.text());
-      REQUIRE(report.ok());
-      CHECK((r.plan.inPlace || r.plan.outOfPlace));
-      for (bool inPlace : {false, true}) {
-        if (inPlace ? !r.plan.inPlace : !r.plan.outOfPlace) continue;
-        const size_t count = r.plan.chunksPerBlock * 2 + 3;
-        const std::string error = testing::runAndCheck(r.plan, {count, inPlace, seed + ++run});
-        INFO((inPlace ? "in place" : "out of place") << ", run seed " << seed + run);
-        CHECK(error.empty());
-        if (!error.empty()) WARN(error);
-      }
+      testing::checkPlanRuns(r.plan, seed + (run += 2));
       // Deterministic: the same inputs give the same plan, byte for byte.
       const synth::SynthResult again = synth::synthesize(m.topology, m.devices, Collective::AllToAll, bytes);
       CHECK(writeMscclXml(again.plan) == writeMscclXml(r.plan));

@@ -15,6 +15,7 @@
 #include "algorithms/synthesizer/synthesizer.hpp"
 #include "algorithms/validator.hpp"
 #include "reference_executor.hpp"
+#include "synth_support.hpp"
 #include "topology/cluster.hpp"
 #include "topology/loaders.hpp"
 
@@ -23,11 +24,7 @@ using namespace topoccl::algo;
 
 namespace {
 
-topo::Topology cluster(const char* preset, int hosts) {
-  topo::ClusterSpec spec;
-  spec.hosts = hosts;
-  return topo::buildCluster(topo::loadPreset(preset), spec);
-}
+using testing::cluster;
 
 // Chunks (in chunk units) each rank sends to ranks of other hosts, summed over the plan.
 uint64_t crossHostChunks(const Plan& plan, const std::vector<int>& host) {
@@ -46,15 +43,7 @@ double boundUs(const topo::Topology& t, const std::vector<topo::VertexId>& devic
   return collectiveBound(BoundGraph::fromTopology(t, devices, LinkFilter::fastFabric()), c).lowerBoundUs(bytes);
 }
 
-void checkRuns(const Plan& plan, uint64_t seed) {
-  const ValidationReport report = validate(plan);
-  INFO(plan.name << ": " << report.text());
-  REQUIRE(report.ok());
-  for (bool inPlace : {false, true}) {
-    INFO((inPlace ? "in place" : "out of place") << ", seed " << seed);
-    CHECK(testing::runAndCheck(plan, {plan.chunksPerBlock * 2 + 3, inPlace, seed + (inPlace ? 1 : 0)}).empty());
-  }
-}
+void checkRuns(const Plan& plan, uint64_t seed) { testing::checkPlanRuns(plan, seed); }
 
 }  // namespace
 

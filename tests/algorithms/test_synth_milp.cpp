@@ -23,6 +23,7 @@
 #include "algorithms/validator.hpp"
 #include "common/error.hpp"
 #include "reference_executor.hpp"
+#include "synth_support.hpp"
 #include "topology/cluster.hpp"
 #include "topology/loaders.hpp"
 
@@ -38,24 +39,9 @@ std::vector<topo::VertexId> firstGpus(const topo::Topology& t, size_t count) {
   return all;
 }
 
-topo::Topology ndv2x2() {
-  topo::ClusterSpec spec;
-  spec.hosts = 2;
-  return topo::buildCluster(topo::loadPreset("ndv2"), spec);
-}
+topo::Topology ndv2x2() { return testing::cluster("ndv2", 2); }
 
-// Validates and runs the plan on fresh random data, in and out of place.
-void checkPlan(const Plan& plan, uint64_t seed) {
-  const ValidationReport report = validate(plan);
-  INFO(plan.name << ": " << report.text());
-  REQUIRE(report.ok());
-  for (bool inPlace : {false, true}) {
-    const size_t count = plan.chunksPerBlock * 2 + 3;
-    const std::string error = testing::runAndCheck(plan, {count, inPlace, seed + (inPlace ? 1 : 0)});
-    INFO((inPlace ? "in place" : "out of place") << ", seed " << seed);
-    CHECK(error.empty());
-  }
-}
+void checkPlan(const Plan& plan, uint64_t seed) { testing::checkPlanRuns(plan, seed); }
 
 std::string errorOf(const std::string& text) {
   try {

@@ -1,0 +1,636 @@
+#include "perf_common.hpp"
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+
+#ifdef TOPOCCL_PERF_MPI
+#include <mpi.h>
+#endif
+
+namespace topoccl::perf {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  int threads = 1, gpus = 1;
+  std::string minBytes = "32M", maxBytes = "32M", stepBytes = "1M", stepFactor;
+  int iters = 20, warmup = 1, aggIters = 1, cycles = 1, check = 1, blocking = 0, average = 1;
+  std::string op = "sum", type = "float", root = "0", output;
+  bool csv = false, json = false;
+  bool injectError = false;  // perturbs one received element per check: proves the check can fail
+  // Accepted for nccl-tests compatibility; they configure GPU-only machinery and change nothing here.
+  int parallelInit = 0, streamNull = 0, graph = 0, cputime = 0, localRegister = 0, timestamps = 0, memory = 0;
+  int unalign = 0, perIter = 0, perIterSkip = 0, ctaPolicy = -1, deviceImpl = 0, deviceCtas = 16, timeout = 0;
+};
+
+size_t parseSize(const std::string& text, const char* flag) {
+  if (text.empty()) throw CLI::ValidationError(flag, "empty size");
+  size_t pos = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &pos);
+  } catch (const std::exception&) {
+    throw CLI::ValidationError(flag, "'" + text + "' is not a size (e.g. 8, 64K, 32M, 1G)");
+  }
+  double scale = 1;
+  if (pos < text.size()) {
+    const char s = static_cast<char>(std::toupper(static_cast<unsigned char>(text[pos])));
+    scale = s == 'K' ? 1024.0 : s == 'M' ? 1024.0 * 1024 : s == 'G' ? 1024.0 * 1024 * 1024 : 0;
+    if (scale == 0 || pos + 1 != text.size()) throw CLI::ValidationError(flag, "'" + text + "': suffix must be K, M or G");
+  }
+  if (value < 0) throw CLI::ValidationError(flag, "'" + text + "' is negative");
+  return static_cast<size_t>(value * scale);
+}
+
+struct TypeInfo {
+  ncclDataType_t type;
+  const char* name;
+  size_t size;
+  double exactLimit;  // largest integer magnitude the type holds exactly (inputs are kept below it)
+  bool isFloat;
+};
+const std::vector<TypeInfo>& types() {
+  static const std::vector<TypeInfo> all = {
+      {ncclInt8, "int8", 1, 127, false},        {ncclUint8, "uint8", 1, 255, false},
+      {ncclInt32, "int32", 4, 2147483647.0, false}, {ncclUint32, "uint32", 4, 4294967295.0, false},
+      {ncclInt64, "int64", 8, 9e15, false},     {ncclUint64, "uint64", 8, 9e15, false},
+      {ncclHalf, "half", 2, 2048, true},        {ncclFloat, "float", 4, 16777216.0, true},
+      {ncclDouble, "double", 8, 9e15, true},    {ncclBfloat16, "bfloat16", 2, 256, true},
+  };
+  return all;
+}
+struct OpInfo {
+  ncclRedOp_t op;
+  const char* name;
+};
+const std::vector<OpInfo>& ops() {
+  static const std::vector<OpInfo> all = {
+      {ncclSum, "sum"}, {ncclProd, "prod"}, {ncclMax, "max"}, {ncclMin, "min"}, {ncclAvg, "avg"}};
+  return all;
+}
+
+// ---- element conversion (host memory; half through _Float16, bfloat16 by its upper 16 bits) ----
+void store(char* base, size_t i, ncclDataType_t t, double v) {
+  switch (t) {
+    case ncclInt8: reinterpret_cast<int8_t*>(base)[i] = static_cast<int8_t>(v); break;
+    case ncclUint8: reinterpret_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(v); break;
+    case ncclInt32: reinterpret_cast<int32_t*>(base)[i] = static_cast<int32_t>(v); break;
+    case ncclUint32: reinterpret_cast<uint32_t*>(base)[i] = static_cast<uint32_t>(v); break;
+    case ncclInt64: reinterpret_cast<int64_t*>(base)[i] = static_cast<int64_t>(v); break;
+    case ncclUint64: reinterpret_cast<uint64_t*>(base)[i] = static_cast<uint64_t>(v); break;
+    case ncclHalf: reinterpret_cast<_Float16*>(base)[i] = static_cast<_Float16>(v); break;
+    case ncclFloat: reinterpret_cast<float*>(base)[i] = static_cast<float>(v); break;
+    case ncclDouble: reinterpret_cast<double*>(base)[i] = v; break;
+    case ncclBfloat16: {
+      const float f = static_cast<float>(v);
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      const auto top = static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);  // round to nearest even
+      std::memcpy(base + 2 * i, &top, 2);
+      break;
+    }
+    default: break;
+  }
+}
+double load(const char* base, size_t i, ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8: return reinterpret_cast<const int8_t*>(base)[i];
+    case ncclUint8: return reinterpret_cast<const uint8_t*>(base)[i];
+    case ncclInt32: return reinterpret_cast<const int32_t*>(base)[i];
+    case ncclUint32: return reinterpret_cast<const uint32_t*>(base)[i];
+    case ncclInt64: return static_cast<double>(reinterpret_cast<const int64_t*>(base)[i]);
+    case ncclUint64: return static_cast<double>(reinterpret_cast<const uint64_t*>(base)[i]);
+    case ncclHalf: return static_cast<double>(reinterpret_cast<const _Float16*>(base)[i]);
+    case ncclFloat: return reinterpret_cast<const float*>(base)[i];
+    case ncclDouble: return reinterpret_cast<const double*>(base)[i];
+    case ncclBfloat16: {
+      uint16_t top;
+      std::memcpy(&top, base + 2 * i, 2);
+      const uint32_t bits = static_cast<uint32_t>(top) << 16;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      return f;
+    }
+    default: return 0;
+  }
+}
+
+// Inputs: small positive integers, so every reduction order gives the same exact result in every type
+// (sum of N inputs stays below the type's exact limit); for prod exactly one rank contributes 2 per element.
+struct InputState {
+  uint64_t seed = 0;
+  int nranks = 1;
+  int maxValue = 9;
+  ncclRedOp_t op = ncclSum;
+};
+double inputValue(int r, size_t j, void* s) {
+  const auto* st = static_cast<const InputState*>(s);
+  if (st->op == ncclProd) return (static_cast<size_t>(r) + j) % static_cast<size_t>(st->nranks) == 0 ? 2.0 : 1.0;
+  const uint64_t h = (static_cast<uint64_t>(r) * 131u + j * 7u + st->seed) % static_cast<uint64_t>(st->maxValue);
+  return 1.0 + static_cast<double>(h);
+}
+
+// nccl-tests' number fitting: %.2f, then %.1f, %.0f, then an exponent, within `width`.
+std::string fit(double v, int width) {
+  char buf[64];
+  for (const char* f : {"%.2f", "%.1f", "%.0f"}) {
+    std::snprintf(buf, sizeof buf, f, v);
+    if (static_cast<int>(std::strlen(buf)) <= width) return buf;
+  }
+  std::snprintf(buf, sizeof buf, "%.*e", std::max(0, width - 6), v);
+  return buf;
+}
+
+[[noreturn]] void die(const std::string& message) {
+  std::fprintf(stderr, "%s\n", message.c_str());
+  std::fflush(stderr);
+#ifdef TOPOCCL_PERF_MPI
+  int up = 0;
+  MPI_Initialized(&up);
+  if (up) MPI_Abort(MPI_COMM_WORLD, 1);
+#endif
+  std::exit(1);
+}
+
+struct Row {
+  size_t bytes = 0, count = 0;
+  std::string type, op;
+  int root = -1;
+  double time[2] = {0, 0}, algbw[2] = {0, 0}, busbw[2] = {0, 0};
+  long long wrong[2] = {-1, -1};
+};
+
+class Runner {
+ public:
+  Runner(const CollectiveSpec& spec, Options o, std::string program) : spec_(spec), o_(std::move(o)), program_(std::move(program)) {}
+
+  int run() {
+    minBytes_ = parseSize(o_.minBytes, "-b");
+    maxBytes_ = parseSize(o_.maxBytes, "-e");
+    if (!o_.stepFactor.empty()) {
+      factor_ = std::stod(o_.stepFactor);
+      if (!(factor_ > 1)) die(program_ + ": -f/--stepfactor must be > 1, got " + o_.stepFactor);
+    } else {
+      step_ = parseSize(o_.stepBytes, "-i");
+      if (step_ == 0) die(program_ + ": -i/--stepbytes must be > 0");
+    }
+    if (maxBytes_ < minBytes_) die(program_ + ": -e/--maxbytes " + o_.maxBytes + " is below -b/--minbytes " + o_.minBytes);
+    if (o_.threads < 1 || o_.gpus < 1) die(program_ + ": -t and -g must be at least 1");
+    if (o_.iters < 1 || o_.warmup < 0 || o_.aggIters < 1 || o_.check < 0 || o_.cycles < 0)
+      die(program_ + ": -n and -m must be >= 1; -w, -c and -N >= 0");
+    for (const TypeInfo& t : types())
+      if (o_.type == "all" || o_.type == t.name) types_.push_back(t);
+    if (types_.empty()) die(program_ + ": -d/--datatype '" + o_.type + "' is not one of int8 uint8 int32 uint32 int64 uint64 half float double bfloat16 all");
+    if (spec_.reduces) {
+      for (const OpInfo& op : ops())
+        if (o_.op == "all" || o_.op == op.name) ops_.push_back(op);
+      if (ops_.empty()) die(program_ + ": -o/--op '" + o_.op + "' is not one of sum prod max min avg all");
+    } else {
+      ops_.push_back({ncclSum, "none"});
+    }
+
+#ifdef TOPOCCL_PERF_MPI
+    int provided = 0;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm_size(MPI_COMM_WORLD, &nprocs_);
+    MPI_Comm_rank(MPI_COMM_WORLD, &proc_);
+#endif
+    nranks_ = nprocs_ * o_.threads * o_.gpus;
+    if (spec_.rooted) {
+      if (o_.root == "all") {
+        for (int r = 0; r < nranks_; ++r) roots_.push_back(r);
+      } else {
+        const int r = std::atoi(o_.root.c_str());
+        if (r < 0 || r >= nranks_) die(program_ + ": -r/--root " + o_.root + " is not a rank of " + std::to_string(nranks_));
+        roots_.push_back(r);
+      }
+    } else {
+      roots_.push_back(-1);
+    }
+    ncclUniqueId id{};
+    if (proc_ == 0 && ncclGetUniqueId(&id) != ncclSuccess) die(program_ + ": ncclGetUniqueId failed: " + ncclGetLastError(nullptr));
+#ifdef TOPOCCL_PERF_MPI
+    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+#endif
+    id_ = id;
+    printHeader();
+    threadTimes_.assign(static_cast<size_t>(o_.threads), 0.0);
+    barrier_ = std::make_unique<std::barrier<>>(o_.threads);
+    std::vector<std::thread> workers;
+    for (int t = 1; t < o_.threads; ++t) workers.emplace_back([this, t] { worker(t); });
+    worker(0);
+    for (std::thread& w : workers) w.join();
+    const bool ok = printFooter();
+#ifdef TOPOCCL_PERF_MPI
+    MPI_Finalize();
+#endif
+    return ok ? 0 : 1;
+  }
+
+ private:
+  const CollectiveSpec& spec_;
+  Options o_;
+  std::string program_;
+  size_t minBytes_ = 0, maxBytes_ = 0, step_ = 0;
+  double factor_ = 0;
+  int nprocs_ = 1, proc_ = 0, nranks_ = 1;
+  std::vector<TypeInfo> types_;
+  std::vector<OpInfo> ops_;
+  std::vector<int> roots_;
+  ncclUniqueId id_{};
+  std::unique_ptr<std::barrier<>> barrier_;
+  std::vector<double> threadTimes_;
+  std::atomic<long long> wrong_{0};
+  std::vector<Row> rows_;
+  long long totalWrong_ = 0;
+
+  bool printing() const { return proc_ == 0; }
+
+  std::vector<size_t> sizes() const {
+    std::vector<size_t> out;
+    for (size_t s = minBytes_;; ) {
+      out.push_back(s);
+      if (s >= maxBytes_) break;
+      size_t next = factor_ > 0 ? static_cast<size_t>(std::max(static_cast<double>(s) * factor_, static_cast<double>(s + 1))) : s + step_;
+      if (s == 0 && factor_ > 0) next = 1;
+      s = std::min(next, maxBytes_);
+      if (s == out.back()) break;
+    }
+    return out;
+  }
+
+  void printHeader() {
+    if (!printing() || o_.csv || o_.json) return;
+    int version = 0;
+    ncclGetVersion(&version);
+    std::printf("# nccl-tests version 2.19.6 nccl-headers=%d nccl-library=%d (topoccl)\n", NCCL_VERSION_CODE, version);
+    std::printf("# Collective test starting: %s\n", program_.c_str());
+    std::printf("# nThread %d nGpus %d minBytes %zu maxBytes %zu step: %s warmup iters: %d iters: %d agg iters: %d "
+                "validation: %d graph: %d unalign: %d\n",
+                o_.threads, o_.gpus, minBytes_, maxBytes_,
+                (factor_ > 0 ? std::to_string(static_cast<int>(factor_)) + "(factor)" : std::to_string(step_) + "(bytes)").c_str(),
+                o_.warmup, o_.iters, o_.aggIters, o_.check, o_.graph, o_.unalign);
+    std::printf("#\n# Using devices\n");
+    char host[64] = {};
+    ::gethostname(host, sizeof host - 1);
+    for (int p = 0; p < nprocs_; ++p)
+      for (int t = 0; t < o_.threads; ++t)
+        for (int g = 0; g < o_.gpus; ++g) {
+          const int rank = (p * o_.threads + t) * o_.gpus + g;
+          // Other processes' pids are not gathered: only this process's are known.
+          std::printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [%04x:%02x:%02x] host memory (topoccl, CPU)\n", rank, 0,
+                      p == proc_ ? static_cast<int>(::getpid()) : 0, host, t * o_.gpus + g, 0, 0, 0);
+        }
+    std::printf("#\n");
+    std::printf("# %51s  %33s  %33s\n", "", "out-of-place", "in-place");
+    std::printf("#%11s  %12s  %8s  %6s  %6s", "size", "count", "type", "redop", "root");
+    for (int k = 0; k < 2; ++k) std::printf("  %7s  %6s  %6s  %6s", "time", "algbw", "busbw", "#wrong");
+    std::printf("\n#%11s  %12s  %8s  %6s  %6s", "(B)", "(elements)", "", "", "");
+    for (int k = 0; k < 2; ++k) std::printf("  %7s  %6s  %6s  %6s", "(us)", "(GB/s)", "(GB/s)", "");
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+
+  void printRow(const Row& r) {
+    if (!printing()) return;
+    if (o_.csv) {
+      static bool header = false;
+      if (!header) {
+        std::printf("collective,nranks,bytes,count,type,redop,root,oop_time_us,oop_algbw,oop_busbw,oop_wrong,ip_time_us,ip_algbw,ip_busbw,ip_wrong\n");
+        header = true;
+      }
+      std::printf("%s,%d,%zu,%zu,%s,%s,%d", spec_.name, nranks_, r.bytes, r.count, r.type.c_str(), r.op.c_str(), r.root);
+      for (int k = 0; k < 2; ++k) std::printf(",%.3f,%.4f,%.4f,%lld", r.time[k], r.algbw[k], r.busbw[k], r.wrong[k]);
+      std::printf("\n");
+    } else if (!o_.json) {
+      std::printf("%12zu  %12zu  %8s  %6s  %6d", r.bytes, r.count, r.type.c_str(), r.op.c_str(), r.root);
+      for (int k = 0; k < 2; ++k) {
+        std::printf("  %7s  %6s  %6s  %6s", fit(r.time[k], 7).c_str(), fit(r.algbw[k], 6).c_str(), fit(r.busbw[k], 6).c_str(),
+                    r.wrong[k] < 0 ? "N/A" : std::to_string(r.wrong[k]).c_str());
+      }
+      std::printf("\n");
+    }
+    std::fflush(stdout);
+  }
+
+  bool printFooter() {
+    double sum = 0;
+    int n = 0;
+    for (const Row& r : rows_)
+      for (int k = 0; k < 2; ++k) sum += r.busbw[k], ++n;
+    const double avg = n ? sum / n : 0;
+    bool ok = totalWrong_ == 0;
+    if (const char* min = std::getenv("NCCL_TESTS_MIN_BW"); min && avg < 0.9 * std::atof(min)) ok = false;
+    if (!printing()) return ok;
+    if (o_.json || (!o_.output.empty() && o_.output.ends_with(".json"))) {
+      nlohmann::json rows = nlohmann::json::array();
+      for (const Row& r : rows_) {
+        rows.push_back({{"collective", spec_.name}, {"nranks", nranks_}, {"bytes", r.bytes}, {"count", r.count}, {"type", r.type},
+                        {"redop", r.op}, {"root", r.root}, {"oop_time_us", r.time[0]}, {"oop_algbw", r.algbw[0]},
+                        {"oop_busbw", r.busbw[0]}, {"oop_wrong", r.wrong[0]}, {"ip_time_us", r.time[1]}, {"ip_algbw", r.algbw[1]},
+                        {"ip_busbw", r.busbw[1]}, {"ip_wrong", r.wrong[1]}});
+      }
+      const nlohmann::json doc = {{"program", program_}, {"nranks", nranks_}, {"rows", rows}, {"avg_busbw", avg},
+                                  {"out_of_bounds", totalWrong_}};
+      if (o_.json) std::printf("%s\n", doc.dump(1).c_str());
+      if (!o_.output.empty()) std::ofstream(o_.output) << doc.dump(1) << "\n";
+    } else if (!o_.output.empty()) {
+      std::ofstream out(o_.output);
+      out << "collective,nranks,bytes,count,type,redop,root,oop_time_us,oop_algbw,oop_busbw,oop_wrong,ip_time_us,ip_algbw,ip_busbw,ip_wrong\n";
+      for (const Row& r : rows_) {
+        out << spec_.name << ',' << nranks_ << ',' << r.bytes << ',' << r.count << ',' << r.type << ',' << r.op << ',' << r.root;
+        for (int k = 0; k < 2; ++k) out << ',' << r.time[k] << ',' << r.algbw[k] << ',' << r.busbw[k] << ',' << r.wrong[k];
+        out << '\n';
+      }
+    }
+    if (!o_.csv && !o_.json) {
+      std::printf("# Out of bounds values : %lld %s\n", totalWrong_, totalWrong_ == 0 ? "OK" : "FAILED");
+      std::printf("# Avg bus bandwidth    : %g \n", avg);
+      std::printf("#\n# Collective test concluded: %s\n", program_.c_str());
+      if (!ok && totalWrong_ == 0) std::printf("# FAILED: average bus bandwidth below 0.9 x NCCL_TESTS_MIN_BW\n");
+    }
+    std::fflush(stdout);
+    return ok;
+  }
+
+  // All ranks of all threads and processes: thread barrier, then one MPI barrier, then thread barrier.
+  void barrierAll(int thread) {
+    barrier_->arrive_and_wait();
+#ifdef TOPOCCL_PERF_MPI
+    if (thread == 0) MPI_Barrier(MPI_COMM_WORLD);
+#else
+    (void)thread;
+#endif
+    barrier_->arrive_and_wait();
+  }
+
+  void checkNccl(ncclResult_t r, const char* call, int rank) {
+    if (r == ncclSuccess) return;
+    die(program_ + ": rank " + std::to_string(rank) + ": " + call + " failed: " + ncclGetErrorString(r) + ": " +
+        ncclGetLastError(nullptr));
+  }
+
+  void worker(int thread) {
+    const int g = o_.gpus;
+    std::vector<RankContext> rc(static_cast<size_t>(g));
+    checkNccl(ncclGroupStart(), "ncclGroupStart", 0);
+    for (int i = 0; i < g; ++i) {
+      rc[i].rank = (proc_ * o_.threads + thread) * g + i;
+      rc[i].nranks = nranks_;
+      checkNccl(ncclCommInitRank(&rc[i].comm, nranks_, id_, rc[i].rank), "ncclCommInitRank", rc[i].rank);
+    }
+    checkNccl(ncclGroupEnd(), "ncclGroupEnd (communicator creation)", rc[0].rank);
+
+    size_t maxElt = 1;
+    for (const TypeInfo& t : types_) maxElt = std::max(maxElt, t.size);
+    size_t sendMax = 1, recvMax = 1;
+    for (const TypeInfo& t : types_) {
+      size_t pc = 0, se = 0, re = 0;
+      spec_.counts(maxBytes_, t.size, nranks_, pc, se, re);
+      sendMax = std::max(sendMax, se * t.size);
+      recvMax = std::max(recvMax, re * t.size);
+    }
+    // One allocation serves both (in place aliases into it), sized for the larger of the two.
+    const size_t alloc = std::max(sendMax, recvMax) + 64;
+    for (RankContext& c : rc) {
+      void* s = nullptr;
+      void* r = nullptr;
+      checkNccl(ncclMemAlloc(&s, alloc), "ncclMemAlloc", c.rank);
+      checkNccl(ncclMemAlloc(&r, alloc), "ncclMemAlloc", c.rank);
+      c.sendBase = static_cast<char*>(s);
+      c.recvBase = static_cast<char*>(r);
+      std::memset(c.sendBase, 0, alloc);
+      std::memset(c.recvBase, 0, alloc);
+    }
+
+    const std::vector<size_t> sizeList = sizes();
+    for (int cycle = 0; o_.cycles == 0 || cycle < o_.cycles; ++cycle) {
+      for (const TypeInfo& t : types_) {
+        for (const OpInfo& op : ops_) {
+          for (int root : roots_) {
+            // nccl-tests warms up over all sizes first.
+            for (size_t bytes : sizeList) {
+              for (int w = 0; w < o_.warmup; ++w) iterate(rc, bytes, t, op.op, root, false, thread);
+            }
+            for (size_t bytes : sizeList) measure(rc, bytes, t, op, root, thread);
+          }
+        }
+      }
+    }
+    barrierAll(thread);
+    for (RankContext& c : rc) {
+      ncclMemFree(c.sendBase);
+      ncclMemFree(c.recvBase);
+      checkNccl(ncclCommDestroy(c.comm), "ncclCommDestroy", c.rank);
+    }
+  }
+
+  void placeBuffers(std::vector<RankContext>& rc, size_t paramCount, size_t eltSize, bool inPlace) {
+    for (RankContext& c : rc) {
+      c.send = c.sendBase;
+      c.recv = c.recvBase;
+      if (inPlace) spec_.inPlace(c, paramCount, eltSize);
+    }
+  }
+
+  // One timed iteration: -m ops per rank, fused in a group when there is more than one call.
+  void iterate(std::vector<RankContext>& rc, size_t bytes, const TypeInfo& t, ncclRedOp_t op, int root, bool inPlace, int thread) {
+    size_t pc = 0, se = 0, re = 0;
+    spec_.counts(bytes, t.size, nranks_, pc, se, re);
+    placeBuffers(rc, pc, t.size, inPlace);
+    const bool group = rc.size() > 1 || o_.aggIters > 1;
+    if (group) checkNccl(ncclGroupStart(), "ncclGroupStart", rc[0].rank);
+    for (int m = 0; m < o_.aggIters; ++m) {
+      for (const RankContext& c : rc) {
+        const ncclResult_t r = spec_.run(c, pc, t.type, op, root);
+        if (r != ncclSuccess) checkNccl(r, spec_.name, c.rank);
+      }
+      if (o_.blocking == 1 || o_.blocking == 2) {
+        if (group) checkNccl(ncclGroupEnd(), "ncclGroupEnd", rc[0].rank);
+        if (o_.blocking == 1) barrierAll(thread);
+        if (group) checkNccl(ncclGroupStart(), "ncclGroupStart", rc[0].rank);
+      }
+    }
+    if (group) checkNccl(ncclGroupEnd(), "ncclGroupEnd", rc[0].rank);
+  }
+
+  void measure(std::vector<RankContext>& rc, size_t bytes, const TypeInfo& t, const OpInfo& op, int root, int thread) {
+    size_t pc = 0, se = 0, re = 0;
+    spec_.counts(bytes, t.size, nranks_, pc, se, re);
+    Row row;
+    row.bytes = std::max(se, re) * t.size;  // nccl-tests' size: what the rank really moves after rounding to N
+
+    row.count = pc;
+    row.type = t.name;
+    row.op = op.name;
+    row.root = root;
+    for (int k = 0; k < 2; ++k) {
+      const bool inPlace = k == 1;
+      barrierAll(thread);
+      double excluded = 0;
+      const auto t0 = Clock::now();
+      for (int i = 0; i < o_.iters; ++i) {
+        iterate(rc, bytes, t, op.op, root, inPlace, thread);
+        if (o_.blocking == 3) {  // barrier after each iteration, not counted
+          const auto b0 = Clock::now();
+          barrierAll(thread);
+          excluded += std::chrono::duration<double>(Clock::now() - b0).count();
+        }
+      }
+      const double seconds = std::chrono::duration<double>(Clock::now() - t0).count() - excluded;
+      threadTimes_[static_cast<size_t>(thread)] = seconds / (o_.iters * o_.aggIters);
+      if (o_.check > 0) verify(rc, bytes, t, op.op, root, inPlace, thread);
+      barrierAll(thread);
+      if (thread == 0) {
+        double local = 0, worst = 0, best = 1e300;
+        for (double v : threadTimes_) local += v, worst = std::max(worst, v), best = std::min(best, v);
+        double time = threadTimes_[0];
+        long long wrong = wrong_.exchange(0);
+#ifdef TOPOCCL_PERF_MPI
+        double sum = 0, mx = 0, mn = 0;
+        MPI_Allreduce(&local, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(&worst, &mx, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        MPI_Allreduce(&best, &mn, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+        MPI_Bcast(&time, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+        long long allWrong = 0;
+        MPI_Allreduce(&wrong, &allWrong, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+        wrong = allWrong;
+        local = sum, worst = mx, best = mn;
+#endif
+        const int threadsAll = nprocs_ * o_.threads;
+        time = o_.average == 0 ? time : o_.average == 2 ? best : o_.average == 3 ? worst : local / threadsAll;
+        const double us = time * 1e6;
+        const double algbw = time > 0 ? spec_.algBytes(pc, t.size, nranks_) / 1e9 / time : 0;
+        row.time[k] = us;
+        row.algbw[k] = algbw;
+        row.busbw[k] = algbw * spec_.busFactor(nranks_);
+        row.wrong[k] = o_.check > 0 ? wrong : -1;
+        totalWrong_ += std::max(0LL, row.wrong[k]);
+      }
+    }
+    if (thread == 0) {
+      rows_.push_back(row);
+      printRow(row);
+    }
+  }
+
+  void verify(std::vector<RankContext>& rc, size_t bytes, const TypeInfo& t, ncclRedOp_t op, int root, bool inPlace, int thread) {
+    size_t pc = 0, se = 0, re = 0;
+    spec_.counts(bytes, t.size, nranks_, pc, se, re);
+    for (int iter = 0; iter < o_.check; ++iter) {
+      InputState st;
+      st.seed = static_cast<uint64_t>(bytes) * 31u + static_cast<uint64_t>(iter) * 977u + (inPlace ? 5u : 0u);
+      st.nranks = nranks_;
+      st.op = op;
+      st.maxValue = static_cast<int>(std::clamp(t.exactLimit / nranks_, 1.0, 9.0));
+      placeBuffers(rc, pc, t.size, inPlace);
+      for (RankContext& c : rc) {
+        std::memset(c.recvBase, 0, std::max(se, re) * t.size + 64);
+        // In place, the send data lives inside the receive allocation: fill through the placed pointer.
+        for (size_t j = 0; j < se; ++j) store(c.send, j, t.type, inputValue(c.rank, j, &st));
+      }
+      barrierAll(thread);
+      iterate(rc, bytes, t, op, root, inPlace, thread);
+      barrierAll(thread);
+      if (o_.injectError && re > 0) store(rc[0].recv, re - 1, t.type, load(rc[0].recv, re - 1, t.type) + 1);
+      long long bad = 0;
+      for (const RankContext& c : rc) {
+        for (size_t i = 0; i < re; ++i) {
+          double want = 0;
+          if (!spec_.expected(c.rank, nranks_, i, pc, root, op, inputValue, &st, want)) continue;
+          if (t.isFloat && !std::isfinite(want)) continue;
+          const double got = load(c.recv, i, t.type);
+          const double tol = (op == ncclAvg && t.isFloat) ? std::abs(want) * (t.size == 2 ? 1e-2 : 1e-6) : 0.0;
+          if (!(std::abs(got - want) <= tol)) ++bad;
+        }
+      }
+      wrong_ += bad;
+    }
+  }
+};
+
+}  // namespace
+
+double reduceValues(ncclRedOp_t op, int nranks, double (*input)(int r, size_t j, void* state), void* state, size_t j) {
+  double v = input(0, j, state);
+  for (int r = 1; r < nranks; ++r) {
+    const double x = input(r, j, state);
+    switch (op) {
+      case ncclSum:
+      case ncclAvg: v += x; break;
+      case ncclProd: v *= x; break;
+      case ncclMax: v = std::max(v, x); break;
+      case ncclMin: v = std::min(v, x); break;
+      default: break;
+    }
+  }
+  // Integer averages truncate like NCCL's; float averages are compared with a tolerance.
+  return op == ncclAvg ? v / nranks : v;
+}
+
+int runPerf(const CollectiveSpec& spec, int argc, char** argv) {
+  Options o;
+  const std::string program = std::string(spec.name) + "_perf";
+  CLI::App app{program + ": nccl-tests-compatible benchmark of " + spec.name + " on topoccl (flags and output as nccl-tests)"};
+  app.add_option("-t,--nthreads", o.threads, "threads per process (each drives -g ranks)");
+  app.add_option("-g,--ngpus", o.gpus, "ranks per thread");
+  app.add_option("-b,--minbytes", o.minBytes, "smallest size (K/M/G suffixes, powers of 1024)");
+  app.add_option("-e,--maxbytes", o.maxBytes, "largest size");
+  app.add_option("-i,--stepbytes", o.stepBytes, "additive step between sizes");
+  app.add_option("-f,--stepfactor", o.stepFactor, "multiplicative step between sizes (overrides -i)");
+  app.add_option("-n,--iters", o.iters, "timed iterations per size");
+  app.add_option("-w,--warmup_iters", o.warmup, "warm-up iterations per size (run over all sizes before timing)");
+  app.add_option("-m,--agg_iters", o.aggIters, "operations fused in one group per iteration");
+  app.add_option("-N,--run_cycles", o.cycles, "repeat the sweep (0: forever)");
+  app.add_option("-c,--check", o.check, "validation iterations per size (0: no check)");
+  app.add_option("-o,--op", o.op, "sum, prod, max, min, avg or all");
+  app.add_option("-d,--datatype", o.type, "int8 uint8 int32 uint32 int64 uint64 half float double bfloat16 or all");
+  app.add_option("-r,--root", o.root, "root rank, or all");
+  app.add_option("-z,--blocking", o.blocking, "1: barrier after each -m group; 3: after each iteration, not timed");
+  app.add_option("-a,--average", o.average, "time across ranks: 0 rank 0, 1 average, 2 min, 3 max");
+  app.add_option("-J,--output_file", o.output, "also write the rows to this file (.json or .csv)");
+  app.add_flag("--csv", o.csv, "print CSV rows instead of the table");
+  app.add_flag("--json", o.json, "print a JSON document instead of the table");
+  app.add_flag("--inject-error", o.injectError, "test the checker: perturb one received element of each check");
+  // GPU-only nccl-tests flags, accepted so existing command lines run; host memory has nothing to configure.
+  app.add_option("-p,--parallel_init", o.parallelInit, "accepted; creation is always parallel");
+  app.add_option("-y,--stream_null", o.streamNull, "accepted (no streams on host memory)");
+  app.add_option("-G,--cudagraph", o.graph, "accepted (no CUDA graphs on host memory)");
+  app.add_option("-C,--report_cputime", o.cputime, "accepted (host time is what is reported)");
+  app.add_option("-R,--local_register", o.localRegister, "accepted");
+  app.add_option("-S,--report_timestamps", o.timestamps, "accepted");
+  app.add_option("-M,--memory", o.memory, "accepted");
+  app.add_option("-u,--unalign", o.unalign, "accepted");
+  app.add_option("-I,--per_iter_timing", o.perIter, "accepted");
+  app.add_option("-K,--per_iter_skip", o.perIterSkip, "accepted");
+  app.add_option("-x,--cta_policy", o.ctaPolicy, "accepted");
+  app.add_option("-D,--device_implementation", o.deviceImpl, "accepted");
+  app.add_option("-V,--device_cta_count", o.deviceCtas, "accepted");
+  app.add_option("-T,--timeout", o.timeout, "accepted; a dead peer already becomes an error (TOPOCCL timeouts)");
+  try {
+    app.parse(argc, argv);
+    Runner runner(spec, o, program);
+    return runner.run();
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+}
+
+}  // namespace topoccl::perf
