@@ -540,6 +540,14 @@ std::unique_ptr<Execution> Communicator::buildCollective(const CollectiveArgs& a
     return base ? base + elements.begin * elem : nullptr;
   };
 
+  const ExecutionKey key{&plan, input, output, scratch, args.count, elem, reduce};
+  builtKey_ = key;
+  if (spareExecution_ && spareKey_ == key) {
+    std::unique_ptr<Execution> again = std::move(spareExecution_);
+    again->reset();
+    return again;
+  }
+
   std::vector<ResolvedLane> lanes;
   const auto& program = plan.ranks[rank_];
   for (size_t l = 0; l < program.lanes.size(); ++l) {
@@ -644,7 +652,8 @@ void Communicator::runGroup(std::vector<Operation>& operations) {
       if (!current) runAfter();  // nothing to move (zero count)
     }
     if (current && current->progress()) {
-      current.reset();
+      spareExecution_ = std::move(current);  // buildCollective may reuse it for the next identical call
+      spareKey_ = builtKey_;
       runAfter();
       moved = true;
     } else if (current) {

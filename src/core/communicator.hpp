@@ -24,6 +24,7 @@
 #include "bootstrap/bootstrap.hpp"
 #include "common/datatype.hpp"
 #include "core/work.hpp"
+#include "kernels/host_reduce.hpp"
 #include "topology/locality.hpp"
 #include "topology/topology.hpp"
 #include "transport/transport.hpp"
@@ -169,6 +170,21 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   ncclResult_t asyncError_ = ncclSuccess;
   std::string asyncErrorMessage_;
   std::thread engine_;
+
+  // The last finished collective's execution, reused (reset, no allocation) when the next call resolves to the
+  // same plan, buffers, count, type and reduction: the per-call path of a training loop. Declared last so it
+  // goes before the connections it points to.
+  struct ExecutionKey {
+    const algo::Plan* plan = nullptr;
+    const char* input = nullptr;
+    char* output = nullptr;
+    char* scratch = nullptr;
+    size_t count = 0, elementSize = 0;
+    kernels::ReduceFn reduce = nullptr;
+    bool operator==(const ExecutionKey&) const = default;
+  };
+  std::unique_ptr<Execution> spareExecution_;
+  ExecutionKey spareKey_, builtKey_;
 };
 
 }  // namespace topoccl::core

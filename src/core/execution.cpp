@@ -19,26 +19,41 @@ Execution::Execution(std::string operation, std::vector<ResolvedLane> lanes, ker
       elementSize_(elementSize == 0 ? 1 : elementSize) {
   // Slices hold whole elements so a slice can be reduced on its own.
   sliceBytes_ = std::max(elementSize_, sliceBytes / elementSize_ * elementSize_);
+  arena_ = stagingArena ? stagingArena : &ownStaging_;
+  stagingOf_.resize(lanes_.size());
+  for (size_t l = 0; l < lanes_.size(); ++l) stagingOf_[l].assign(lanes_[l].steps.size(), nullptr);
+  placeStaging();
+  for (const auto& lane : lanes_)
+    for (auto* conn : {lane.sendConn, lane.recvConn})
+      if (conn && std::find(connections_.begin(), connections_.end(), conn) == connections_.end())
+        connections_.push_back(conn);
+}
+
+void Execution::placeStaging() {
   size_t stagingBytes = 0;
   for (const auto& lane : lanes_)
     for (const auto& step : lane.steps)
       if (step.kind == StepKind::RecvReduceSend) stagingBytes += step.bytes;
-  std::vector<char>& arena = stagingArena ? *stagingArena : ownStaging_;
-  if (arena.size() < stagingBytes) arena.resize(stagingBytes);
-  char* next = arena.data();
-  stagingOf_.resize(lanes_.size());
-  for (size_t l = 0; l < lanes_.size(); ++l) {
-    stagingOf_[l].assign(lanes_[l].steps.size(), nullptr);
+  if (arena_->size() < stagingBytes) arena_->resize(stagingBytes);
+  char* next = arena_->data();
+  for (size_t l = 0; l < lanes_.size(); ++l)
     for (size_t s = 0; s < lanes_[l].steps.size(); ++s)
       if (lanes_[l].steps[s].kind == StepKind::RecvReduceSend) {
         stagingOf_[l][s] = next;
         next += lanes_[l].steps[s].bytes;
       }
+}
+
+void Execution::reset() {
+  for (LaneState& state : states_) {
+    state.step = 0;
+    state.stepStarted = false;
+    state.slices = state.slicesPosted = state.slicesDone = 0;
+    state.recvTickets.clear();
   }
-  for (const auto& lane : lanes_)
-    for (auto* conn : {lane.sendConn, lane.recvConn})
-      if (conn && std::find(connections_.begin(), connections_.end(), conn) == connections_.end())
-        connections_.push_back(conn);
+  inFlight_.clear();
+  moved_ = finished_ = false;
+  placeStaging();  // another execution may have grown the shared arena
 }
 
 size_t Execution::sliceLength(const ResolvedStep& step, size_t slice) const {

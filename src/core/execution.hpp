@@ -43,6 +43,8 @@ class Execution {
   // Moves every lane as far as it can without blocking. Returns true once all steps finished and
   // every send has completed. Throws topoccl::Error from transports, prefixed with the operation.
   bool progress();
+  // Back to the start for another run of the same steps (same buffers): no allocation.
+  void reset();
   bool movedLastTime() const { return moved_; }
   bool finished() const { return finished_; }
   const std::string& operation() const { return operation_; }
@@ -76,6 +78,7 @@ class Execution {
   void postSend(transport::Connection* conn, const char* data, size_t bytes);
   bool pumpReceives(size_t laneIndex);
   size_t sliceLength(const ResolvedStep& step, size_t slice) const;
+  void placeStaging();  // RecvReduceSend regions in the arena (which may have grown since)
 
   std::string operation_;
   std::vector<ResolvedLane> lanes_;
@@ -85,6 +88,7 @@ class Execution {
   // RecvReduceSend results, one region per such step: receives never wait for a send to finish,
   // which keeps transports that complete a send only when the peer consumed it deadlock-free.
   std::vector<char> ownStaging_;
+  std::vector<char>* arena_ = nullptr;
   std::vector<std::vector<char*>> stagingOf_;  // [lane][step]
   kernels::ReduceFn reduce_;
   size_t elementSize_;

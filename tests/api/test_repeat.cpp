@@ -1,0 +1,58 @@
+// The communicator reuses the last collective's resolved execution when the next call has the same plan,
+// buffers, count and type (the per-call path of a training loop). Repeated calls with fresh data, calls that
+// alternate between sizes, ops and buffers (so the cached execution is replaced, and the staging arena grows
+// underneath it) must all stay correct.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "nccl.h"
+
+TEST_CASE("repeated and alternating all-reduces reuse executions and stay correct (3 thread ranks)") {
+  constexpr int kRanks = 3;
+  const uint32_t seed = std::random_device{}();
+  WARN("repeat test seed " << seed);
+  ncclComm_t comms[kRanks];
+  REQUIRE(ncclCommInitAll(comms, kRanks, nullptr) == ncclSuccess);
+  const size_t small = 1031, large = 300007;  // primes: unaligned slices
+  std::vector<std::vector<int32_t>> a(kRanks), b(kRanks), out(kRanks);
+  long long wrong[kRanks] = {};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      a[r].resize(large);
+      b[r].resize(large);
+      out[r].resize(large);
+      for (int round = 0; round < 12; ++round) {
+        // Rounds 0-3 repeat one call; then calls alternate between buffers, sizes and ops.
+        const bool useB = round >= 4 && round % 2 == 1;
+        const size_t count = round >= 4 && round % 3 == 0 ? large : small;
+        const ncclRedOp_t op = round >= 8 && round % 2 == 0 ? ncclMax : ncclSum;
+        std::vector<int32_t>& in = useB ? b[r] : a[r];
+        for (size_t i = 0; i < count; ++i)
+          in[i] = static_cast<int32_t>((i * 2654435761u + static_cast<uint32_t>(round) * 97u + static_cast<uint32_t>(r) * 31u + seed) % 1000);
+        if (ncclAllReduce(in.data(), out[r].data(), count, ncclInt32, op, comms[r], nullptr) != ncclSuccess) {
+          wrong[r] += 1000000;
+          return;
+        }
+        for (size_t i = 0; i < count; ++i) {
+          int64_t want = op == ncclMax ? INT64_MIN : 0;
+          for (int q = 0; q < kRanks; ++q) {
+            const auto v = static_cast<int64_t>((i * 2654435761u + static_cast<uint32_t>(round) * 97u + static_cast<uint32_t>(q) * 31u + seed) % 1000);
+            want = op == ncclMax ? std::max(want, v) : want + v;
+          }
+          wrong[r] += out[r][i] != want;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kRanks; ++r) {
+    INFO("rank " << r);
+    CHECK(wrong[r] == 0);
+  }
+  for (auto* c : comms) CHECK(ncclCommDestroy(c) == ncclSuccess);
+}
