@@ -1,0 +1,280 @@
+// ceilings: what this machine allows a host-memory collective at best, measured the same run as
+// the collectives. Prints CSV to stdout: ceiling,variant,threads,best,median,unit
+//
+//   ceilings membw [-s MiB] [-r reps] [-T maxThreads]   memory streaming, 1..T threads
+//       memcpy  memcpy(c, a)   bytes counted 2*S (STREAM convention; write-allocate not counted)
+//       acc     a[i] += b[i]   bytes counted 3*S (what a reduction step does)
+//   ceilings tcp [-m MiB] [-p rounds]   loopback TCP between two processes, TCP_NODELAY
+//       uni     one direction, GB/s            bidi   both directions at once, GB/s per direction
+//       rtt8    8-byte ping-pong round trip, us
+//   ceilings shm [-p rounds]            cross-process cache-line ping-pong, one-way latency, us
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+[[noreturn]] void die(const char* m) {
+  perror(m);
+  exit(1);
+}
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+void emit(const char* what, const char* variant, int threads, std::vector<double> v,
+          bool higherBetter, const char* unit) {
+  double best = higherBetter ? *std::max_element(v.begin(), v.end()) : *std::min_element(v.begin(), v.end());
+  printf("%s,%s,%d,%.3f,%.3f,%s\n", what, variant, threads, best, median(v), unit);
+  fflush(stdout);
+}
+
+// ---- memory -------------------------------------------------------------------------------
+int membw(size_t mib, int reps, int maxT) {
+  const size_t n = mib * (1ull << 20) / sizeof(float), bytes = n * sizeof(float);
+  float* a = (float*)aligned_alloc(4096, bytes);
+  float* b = (float*)aligned_alloc(4096, bytes);
+  float* c = (float*)aligned_alloc(4096, bytes);
+  if (!a || !b || !c) die("aligned_alloc");
+  for (int T = 1; T <= maxT; T++) {
+    auto par = [&](auto&& body) {  // body(lo, hi) on T threads, returns wall seconds
+      std::vector<std::thread> th;
+      std::atomic<int> ready{0};
+      std::atomic<bool> go{false};
+      double t0 = 0;
+      for (int t = 0; t < T; t++)
+        th.emplace_back([&, t] {
+          size_t lo = n * t / T, hi = n * (t + 1) / T;
+          ready++;
+          while (!go.load(std::memory_order_acquire)) {
+          }
+          body(lo, hi);
+        });
+      while (ready.load() < T) {
+      }
+      t0 = now_s();
+      go.store(true, std::memory_order_release);
+      for (auto& x : th) x.join();
+      return now_s() - t0;
+    };
+    par([&](size_t lo, size_t hi) {  // first touch by the threads that use the pages
+      for (size_t i = lo; i < hi; i++) a[i] = 1.0f, b[i] = 2.0f, c[i] = 0.0f;
+    });
+    std::vector<double> cp, acc;
+    for (int r = 0; r <= reps; r++) {
+      double t = par([&](size_t lo, size_t hi) { memcpy(c + lo, a + lo, (hi - lo) * sizeof(float)); });
+      if (r) cp.push_back(2.0 * bytes / t / 1e9);
+      t = par([&](size_t lo, size_t hi) {
+        for (size_t i = lo; i < hi; i++) a[i] += b[i];
+      });
+      if (r) acc.push_back(3.0 * bytes / t / 1e9);
+    }
+    emit("membw", "memcpy", T, cp, true, "GB/s");
+    emit("membw", "acc", T, acc, true, "GB/s");
+  }
+  volatile float sink = a[n / 2] + c[n / 3];
+  (void)sink;
+  free(a);
+  free(b);
+  free(c);
+  return 0;
+}
+
+// ---- loopback TCP ---------------------------------------------------------------------------
+void sendAll(int fd, const char* p, size_t n) {
+  while (n) {
+    ssize_t r = ::send(fd, p, n, 0);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      die("send");
+    }
+    p += r, n -= (size_t)r;
+  }
+}
+void recvAll(int fd, char* p, size_t n) {
+  while (n) {
+    ssize_t r = ::recv(fd, p, n, 0);
+    if (r <= 0) {
+      if (r < 0 && errno == EINTR) continue;
+      die("recv");
+    }
+    p += r, n -= (size_t)r;
+  }
+}
+void streamSend(int fd, size_t total) {
+  std::vector<char> buf(1 << 20, 'x');
+  for (size_t left = total; left;) {
+    size_t k = std::min(left, buf.size());
+    sendAll(fd, buf.data(), k);
+    left -= k;
+  }
+}
+void streamRecv(int fd, size_t total) {
+  std::vector<char> buf(1 << 20);
+  for (size_t left = total; left;) {
+    ssize_t r = ::recv(fd, buf.data(), std::min(left, buf.size()), 0);
+    if (r <= 0) {
+      if (r < 0 && errno == EINTR) continue;
+      die("recv");
+    }
+    left -= (size_t)r;
+  }
+}
+
+int tcp(size_t mib, long rounds, int reps) {
+  const size_t total = mib << 20;
+  int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  if (lfd < 0) die("socket");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(lfd, (sockaddr*)&addr, sizeof(addr)) < 0) die("bind");
+  if (listen(lfd, 1) < 0) die("listen");
+  socklen_t al = sizeof(addr);
+  getsockname(lfd, (sockaddr*)&addr, &al);
+  int one = 1;
+  fflush(stdout);
+  pid_t child = fork();
+  if (child == 0) {  // the peer: mirrors every phase
+    close(lfd);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(fd, (sockaddr*)&addr, sizeof(addr)) < 0) die("connect");
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    char ack = 'a';
+    for (int r = 0; r <= reps; r++) {
+      streamRecv(fd, total);
+      sendAll(fd, &ack, 1);
+      std::thread s([&] { streamSend(fd, total); });
+      streamRecv(fd, total);
+      s.join();
+      sendAll(fd, &ack, 1);
+    }
+    char m[8];
+    for (long i = 0; i < rounds; i++) {
+      recvAll(fd, m, 8);
+      sendAll(fd, m, 8);
+    }
+    close(fd);
+    _exit(0);
+  }
+  int fd = accept(lfd, nullptr, nullptr);
+  if (fd < 0) die("accept");
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  std::vector<double> uni, bidi;
+  char ack;
+  for (int r = 0; r <= reps; r++) {
+    double t0 = now_s();
+    streamSend(fd, total);
+    recvAll(fd, &ack, 1);  // the receiver has everything
+    double t = now_s() - t0;
+    if (r) uni.push_back(total / t / 1e9);
+    t0 = now_s();
+    std::thread s([&] { streamSend(fd, total); });
+    streamRecv(fd, total);
+    s.join();
+    recvAll(fd, &ack, 1);
+    t = now_s() - t0;
+    if (r) bidi.push_back(total / t / 1e9);
+  }
+  emit("tcp", "uni", 1, uni, true, "GB/s");
+  emit("tcp", "bidi_per_direction", 1, bidi, true, "GB/s");
+  char m[8] = {0};
+  std::vector<double> rtt;
+  long batch = std::max(1L, rounds / 10);
+  for (long i = 0; i < rounds;) {
+    long k = std::min(batch, rounds - i);
+    double t0 = now_s();
+    for (long j = 0; j < k; j++) {
+      sendAll(fd, m, 8);
+      recvAll(fd, m, 8);
+    }
+    rtt.push_back((now_s() - t0) / k * 1e6);
+    i += k;
+  }
+  emit("tcp", "rtt8", 1, rtt, false, "us");
+  close(fd);
+  waitpid(child, nullptr, 0);
+  return 0;
+}
+
+// ---- shared-memory handshake --------------------------------------------------------------
+int shm(long rounds) {
+  struct alignas(64) Line {
+    std::atomic<long> v;
+  };
+  void* mem = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) die("mmap");
+  Line* ping = new (mem) Line{{0}};
+  Line* pong = new ((char*)mem + 128) Line{{0}};
+  pid_t p = fork();
+  if (p == 0) {
+    for (long i = 1; i <= rounds; i++) {
+      while (ping->v.load(std::memory_order_acquire) != i) {
+      }
+      pong->v.store(i, std::memory_order_release);
+    }
+    _exit(0);
+  }
+  std::vector<double> oneWay;
+  long batch = std::max(1L, rounds / 10);
+  double t0 = now_s();
+  for (long i = 1; i <= rounds; i++) {
+    ping->v.store(i, std::memory_order_release);
+    while (pong->v.load(std::memory_order_acquire) != i) {
+    }
+    if (i % batch == 0) {
+      double t = now_s();
+      oneWay.push_back((t - t0) / batch / 2 * 1e6);
+      t0 = t;
+    }
+  }
+  waitpid(p, nullptr, 0);
+  emit("shm", "cacheline_one_way", 2, oneWay, false, "us");
+  munmap(mem, 4096);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string mode = argc > 1 ? argv[1] : "";
+  size_t mib = 0;
+  int reps = 5, maxT = (int)std::max(1u, std::thread::hardware_concurrency());
+  long rounds = 20000;
+  for (int i = 2; i < argc; i++) {
+    std::string a = argv[i];
+    if ((a == "-s" || a == "-m") && i + 1 < argc) mib = strtoul(argv[++i], nullptr, 10);
+    else if (a == "-r" && i + 1 < argc) reps = atoi(argv[++i]);
+    else if (a == "-T" && i + 1 < argc) maxT = atoi(argv[++i]);
+    else if (a == "-p" && i + 1 < argc) rounds = atol(argv[++i]);
+    else mode = "?";
+  }
+  if (argc > 1 && std::string(argv[1]) == "header") {
+    printf("ceiling,variant,threads,best,median,unit\n");
+    return 0;
+  }
+  if (mode == "membw") return membw(mib ? mib : 256, reps, maxT);
+  if (mode == "tcp") return tcp(mib ? mib : 512, rounds, reps);
+  if (mode == "shm") return shm(rounds * 10);
+  fprintf(stderr, "usage: %s header | membw [-s MiB] [-r reps] [-T threads] | tcp [-m MiB] [-r reps] [-p rounds] | shm [-p rounds/10]\n", argv[0]);
+  return 2;
+}
