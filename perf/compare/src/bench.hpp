@@ -50,6 +50,16 @@ inline const CollInfo* findColl(const std::string& name) {
   return nullptr;
 }
 
+// The collective a program was started as, from its name ("all_reduce_perf" -> "all_reduce"); "" if none.
+inline std::string stemColl(const char* argv0) {
+  std::string s = argv0;
+  const size_t p = s.rfind('/');
+  if (p != std::string::npos) s = s.substr(p + 1);
+  for (const auto& c : kColls)
+    if (s.rfind(std::string(c.name) + "_perf", 0) == 0) return c.name;
+  return "";
+}
+
 inline double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }

@@ -235,15 +235,6 @@ int envInt(const char* a, const char* b, const char* c) {
   return -1;
 }
 
-std::string stemColl(const char* argv0) {
-  std::string s = argv0;
-  size_t p = s.rfind('/');
-  if (p != std::string::npos) s = s.substr(p + 1);
-  for (const auto& c : kColls)
-    if (s.rfind(std::string(c.name) + "_perf", 0) == 0) return c.name;
-  return "";
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
