@@ -284,6 +284,9 @@ echo "run.sh: measurements took $((SECONDS - T_START)) s"
 "$PY" "$HERE/report.py" "$OUT" --lat-max "$LAT_MAX_B"
 report_rc=$?
 [ -f "$OUT/table.md" ] || die "report.py failed (exit $report_rc)"
+# Results get committed: name files relative to the repository, not this machine's checkout.
+find "$OUT" -type f \( -name '*.md' -o -name '*.txt' -o -name '*.log' -o -name '*.tsv' -o -name '*.csv' \) \
+  -exec sed -i "s|$ROOT/||g" {} +
 echo
 cat "$OUT/table.md"
 echo
