@@ -138,9 +138,10 @@ ncclResult_t runOperationsAndWait(std::vector<std::pair<ncclComm*, core::Operati
   // One blocking communicator: run on this thread. Several (one thread driving many ranks): queue
   // them all first, since each may wait on the others.
   if (perComm.size() == 1 && perComm[0].first->impl->options().blocking) {
-    auto work = perComm[0].first->impl->runBlocking(std::move(perComm[0].second));
-    if (work->result() != ncclSuccess) setLastError(work->errorMessage());
-    return work->result();
+    std::string message;
+    const ncclResult_t result = perComm[0].first->impl->run(perComm[0].second, message);
+    if (result != ncclSuccess) setLastError(message);
+    return result;
   }
   for (auto& [comm, ops] : perComm) works.push_back({comm, comm->impl->submit(std::move(ops))});
   ncclResult_t result = ncclSuccess;
@@ -162,6 +163,16 @@ ncclResult_t enqueue(ncclComm* comm, core::Operation op) {
   if (tlsGroup.depth > 0) {
     tlsGroup.operations.push_back({comm, std::move(op)});
     return ncclSuccess;
+  }
+  if (comm->impl->options().blocking) {
+    // The per-call path: the vector keeps its capacity from call to call.
+    thread_local std::vector<core::Operation> single;
+    single.clear();
+    single.push_back(std::move(op));
+    std::string message;
+    const ncclResult_t result = comm->impl->run(single, message);
+    if (result != ncclSuccess) setLastError(message);
+    return result;
   }
   std::vector<std::pair<ncclComm*, core::Operation>> single;
   single.push_back({comm, std::move(op)});

@@ -27,8 +27,11 @@ inline const Param<int64_t> kTimeoutMs{"TOPOCCL_TIMEOUT_MS", 60000,
 // Transports.
 inline const Param<bool> kShmDisable{"NCCL_SHM_DISABLE", false, "Disable the shared-memory transport"};
 inline const Param<bool> kP2pDisable{"NCCL_P2P_DISABLE", false, "Disable direct same-process (local) transport"};
-inline const Param<bool> kCmaDisable{"TOPOCCL_CMA_DISABLE", false,
-                                     "Disable single-copy cross-memory-attach (process_vm_readv) for large shm messages"};
+// Off by default: on the machines measured (perf/RESULTS.md) process_vm_readv moved 19 GB/s where memcpy
+// moved 46-78, so the FIFO's two copies, pipelined over two cores, beat CMA's one.
+inline const Param<bool> kShmCma{"TOPOCCL_SHM_CMA", false,
+                                 "Move large shm messages with one cross-memory-attach copy (process_vm_readv) "
+                                 "instead of the FIFO's two"};
 inline const Param<int64_t> kShmCmaThreshold{"TOPOCCL_SHM_CMA_THRESHOLD", 65536,
                                              "Messages at least this large move by CMA instead of the shm FIFO"};
 inline const Param<int64_t> kNSocks{"NCCL_NSOCKS_PERTHREAD", 2, "TCP streams per connection"};

@@ -196,6 +196,13 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
     if (peerRoute_[r] == Route::Shm && !shmTransport_) shmTransport_ = transport::makeShmTransport(identity_, peers_[rank_]);
   }
 
+  {
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    const int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    const size_t localRanks = locality_->ranksOnHost(locality_->hostIndex(rank_)).size();
+    spinsBeforeYield_ = localRanks <= static_cast<size_t>(cores) ? 4096 : 64;
+  }
   if (log::enabled(log::Level::Info, log::kInit)) {
     std::ostringstream routes;
     for (int r = 0; r < nranks_; ++r)
@@ -624,8 +631,13 @@ std::unique_ptr<Execution> Communicator::buildPointToPoint(const std::vector<con
 }
 
 void Communicator::runGroup(std::vector<Operation>& operations) {
-  std::vector<const PointToPointArgs*> p2p;
-  std::vector<const CollectiveArgs*> collectives;
+  // Members, so the per-call path reuses their capacity (one job runs at a time).
+  auto& p2p = groupPointToPoint_;
+  auto& collectives = groupCollectives_;
+  auto& after = groupAfter_;
+  p2p.clear();
+  collectives.clear();
+  after.clear();
   for (const auto& op : operations) {
     if (const auto* c = std::get_if<CollectiveArgs>(&op)) collectives.push_back(c);
     else p2p.push_back(&std::get<PointToPointArgs>(op));
@@ -634,19 +646,19 @@ void Communicator::runGroup(std::vector<Operation>& operations) {
   // call order, which every rank shares, so their connections never interleave.
   std::unique_ptr<Execution> pointToPoint = p2p.empty() ? nullptr : buildPointToPoint(p2p);
   std::unique_ptr<Execution> current;
-  std::vector<std::function<void()>> after;
   size_t next = 0;
+  auto runAfter = [&] {
+    for (auto& fn : after) fn();
+    after.clear();
+  };
 
-  auto lastMove = std::chrono::steady_clock::now();
+  // The stall clock starts 256 idle spins after a move: a short wait never reads it.
+  std::chrono::steady_clock::time_point lastMove{};
   unsigned idle = 0;
   unsigned loops = 0;
   for (;;) {
     if (aborted_.load(std::memory_order_relaxed)) throwInvalidUsage("communicator was aborted (ncclCommAbort)");
     bool moved = false;
-    auto runAfter = [&] {
-      for (auto& fn : after) fn();
-      after.clear();
-    };
     while (!current && next < collectives.size()) {
       current = buildCollective(*collectives[next++], after);
       if (!current) runAfter();  // nothing to move (zero count)
@@ -673,14 +685,16 @@ void Communicator::runGroup(std::vector<Operation>& operations) {
 
     if (moved) {
       idle = 0;
-      lastMove = std::chrono::steady_clock::now();
       continue;
     }
-    // Back off so many ranks can share few cores; check the stall clock only now and then.
+    // Spin while our ranks have cores to themselves; yield (then sleep) soon when they share them.
     ++idle;
-    if (idle > 64) sched_yield();
-    if (idle > 4096) usleep(50);
-    if ((idle & 255) == 0 && std::chrono::steady_clock::now() - lastMove > timeout_) {
+    if (idle > spinsBeforeYield_) sched_yield();
+    if (idle > spinsBeforeYield_ + 4096) usleep(50);
+    if ((idle & 255) != 0) continue;
+    const auto now = std::chrono::steady_clock::now();
+    if (idle == 256) lastMove = now;
+    if (now - lastMove > timeout_) {
       std::string waiting;
       if (current) waiting += current->operation() + ":" + current->describeWaiting();
       if (pointToPoint && !pointToPoint->finished()) waiting += "\n send/recv:" + pointToPoint->describeWaiting();
@@ -691,42 +705,42 @@ void Communicator::runGroup(std::vector<Operation>& operations) {
   }
 }
 
-void Communicator::runJob(Job& job) {
-  bool wakeEngine = false, wakeIdle = false;
+ncclResult_t Communicator::execute(std::vector<Operation>& operations, std::string& message) {
+  if (failed_.load(std::memory_order_acquire)) {
+    std::lock_guard lock(queueMutex_);
+    message = "communicator already failed: " + asyncErrorMessage_;
+    return asyncError_;
+  }
   ncclResult_t code = ncclSuccess;
-  std::string message;
-  {
-    std::lock_guard lock(queueMutex_);
-    if (asyncError_ != ncclSuccess) {
-      code = asyncError_;
-      message = "communicator already failed: " + asyncErrorMessage_;
-    }
+  try {
+    runGroup(operations);
+  } catch (const Error& e) {
+    code = e.code();
+    message = e.what();
+  } catch (const std::exception& e) {
+    code = ncclInternalError;
+    message = e.what();
   }
-  if (code == ncclSuccess) {
-    try {
-      runGroup(job.operations);
-    } catch (const Error& e) {
-      code = e.code();
-      message = e.what();
-    } catch (const std::exception& e) {
-      code = ncclInternalError;
-      message = e.what();
-    }
-    if (code != ncclSuccess) TOPOCCL_WARN("%s", message.c_str());
-  }
-  {
+  if (code != ncclSuccess) {
+    TOPOCCL_WARN("%s", message.c_str());
     std::lock_guard lock(queueMutex_);
-    if (code != ncclSuccess && asyncError_ == ncclSuccess) {
+    if (asyncError_ == ncclSuccess) {
       asyncError_ = code;
       asyncErrorMessage_ = message;
+      failed_.store(true, std::memory_order_release);
     }
-    --pending_;
-    running_ = false;
-    wakeEngine = !queue_.empty();
-    wakeIdle = pending_ == 0;
   }
-  job.work->complete(code, message);
-  // Wake only who has something to do: a blocking caller must not pay the engine's context switch.
+  return code;
+}
+
+void Communicator::releaseEngine() {
+  busy_.store(false, std::memory_order_seq_cst);
+  pending_.fetch_sub(1, std::memory_order_seq_cst);
+  // Dekker with submit()/finalize(): they publish before they look at busy_/pending_, we after.
+  const bool wakeEngine = queued_.load(std::memory_order_seq_cst) > 0 || stopping_.load(std::memory_order_seq_cst);
+  const bool wakeIdle = idleWaiters_.load(std::memory_order_seq_cst) > 0;
+  if (!wakeEngine && !wakeIdle) return;  // the per-call path of a blocking caller: no lock, no syscall
+  { std::lock_guard lock(queueMutex_); }  // a waiter is either before its predicate or asleep
   if (wakeEngine) queueChanged_.notify_all();
   if (wakeIdle) idle_.notify_all();
 }
@@ -737,37 +751,49 @@ void Communicator::progressLoop() {
     Job job;
     {
       std::unique_lock lock(queueMutex_);
-      queueChanged_.wait(lock, [&] { return (stopping_ && !running_) || (!queue_.empty() && !running_); });
-      if (queue_.empty()) return;
+      queueChanged_.wait(lock, [&] {
+        bool idle = false;
+        if (!queue_.empty()) return busy_.compare_exchange_strong(idle, true, std::memory_order_seq_cst);
+        return stopping_.load(std::memory_order_seq_cst);
+      });
+      if (queue_.empty()) return;  // stopping, nothing left
       job = std::move(queue_.front());
       queue_.pop_front();
-      running_ = true;
+      queued_.fetch_sub(1, std::memory_order_seq_cst);
     }
-    runJob(job);
+    std::string message;
+    const ncclResult_t code = execute(job.operations, message);
+    job.work->complete(code, std::move(message));
+    releaseEngine();
   }
 }
 
-std::shared_ptr<Work> Communicator::runBlocking(std::vector<Operation> operations) {
-  Job job{std::move(operations), std::make_shared<Work>()};
-  {
-    std::unique_lock lock(queueMutex_);
-    if (stopping_ || aborted_) {
-      job.work->complete(ncclInvalidUsage, "communicator is being destroyed or was aborted");
-      return job.work;
-    }
-    ++pending_;
-    if (!queue_.empty() || running_) {
-      queue_.push_back(job);
-      lock.unlock();
-      queueChanged_.notify_all();
-      job.work->wait();
-      return job.work;
-    }
-    running_ = true;
+ncclResult_t Communicator::run(std::vector<Operation>& operations, std::string& message) {
+  if (stopping_.load(std::memory_order_relaxed) || aborted_.load(std::memory_order_relaxed)) {
+    message = "communicator is being destroyed or was aborted";
+    return ncclInvalidUsage;
   }
-  log::setThreadRank(rank_);
-  runJob(job);
-  return job.work;
+  // Idle engine and nothing queued: run here, saving two thread hand-offs per call.
+  bool idle = false;
+  if (queued_.load(std::memory_order_seq_cst) == 0 && busy_.compare_exchange_strong(idle, true, std::memory_order_seq_cst)) {
+    pending_.fetch_add(1, std::memory_order_seq_cst);
+    log::setThreadRank(rank_);
+    const ncclResult_t code = execute(operations, message);
+    releaseEngine();
+    return code;
+  }
+  auto work = submit(std::move(operations));
+  work->wait();
+  message = work->errorMessage();
+  return work->result();
+}
+
+std::shared_ptr<Work> Communicator::runBlocking(std::vector<Operation> operations) {
+  std::string message;
+  const ncclResult_t code = run(operations, message);
+  auto work = std::make_shared<Work>();
+  work->complete(code, std::move(message));
+  return work;
 }
 
 std::shared_ptr<Work> Communicator::submit(std::vector<Operation> operations) {
@@ -779,15 +805,20 @@ std::shared_ptr<Work> Communicator::submit(std::vector<Operation> operations) {
       return work;
     }
     queue_.push_back({std::move(operations), work});
-    ++pending_;
+    pending_.fetch_add(1, std::memory_order_seq_cst);
+    queued_.fetch_add(1, std::memory_order_seq_cst);
   }
   queueChanged_.notify_all();
   return work;
 }
 
 void Communicator::finalize() {
-  std::unique_lock lock(queueMutex_);
-  idle_.wait(lock, [&] { return pending_ == 0; });
+  idleWaiters_.fetch_add(1, std::memory_order_seq_cst);
+  {
+    std::unique_lock lock(queueMutex_);
+    idle_.wait(lock, [&] { return pending_.load(std::memory_order_seq_cst) == 0; });
+  }
+  idleWaiters_.fetch_sub(1, std::memory_order_seq_cst);
 }
 
 void Communicator::abort() {
@@ -797,11 +828,13 @@ void Communicator::abort() {
   {
     std::lock_guard lock(queueMutex_);
     dropped.swap(queue_);
-    pending_ -= dropped.size();
+    pending_.fetch_sub(dropped.size(), std::memory_order_seq_cst);
+    queued_.store(0, std::memory_order_seq_cst);
     stopping_ = true;
     if (asyncError_ == ncclSuccess) {
       asyncError_ = ncclInvalidUsage;
       asyncErrorMessage_ = "communicator was aborted";
+      failed_.store(true, std::memory_order_release);
     }
   }
   for (auto& job : dropped) job.work->complete(ncclInvalidUsage, "communicator was aborted before this ran");
@@ -811,9 +844,11 @@ void Communicator::abort() {
 }
 
 ncclResult_t Communicator::asyncError() const {
-  std::lock_guard lock(queueMutex_);
-  if (asyncError_ != ncclSuccess) return asyncError_;
-  return pending_ > 0 ? ncclInProgress : ncclSuccess;
+  if (failed_.load(std::memory_order_acquire)) {
+    std::lock_guard lock(queueMutex_);
+    return asyncError_;
+  }
+  return pending_.load(std::memory_order_seq_cst) > 0 ? ncclInProgress : ncclSuccess;
 }
 
 std::string Communicator::asyncErrorMessage() const {

@@ -90,7 +90,10 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // Queues a group of operations that progress together; returns at once.
   std::shared_ptr<Work> submit(std::vector<Operation> operations);
   // Runs a group to completion on the calling thread when the engine is idle (saving two thread
-  // hand-offs per blocking call), else queues it behind the running work and waits.
+  // hand-offs per blocking call), else queues it behind the running work and waits. The error text
+  // goes to `message`. The per-call path of a blocking caller: no allocation, lock or syscall.
+  ncclResult_t run(std::vector<Operation>& operations, std::string& message);
+  // run(), with the outcome as a completed Work.
   std::shared_ptr<Work> runBlocking(std::vector<Operation> operations);
   // Waits until everything queued so far finished (ncclCommFinalize).
   void finalize();
@@ -127,7 +130,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
     std::vector<Operation> operations;
     std::shared_ptr<Work> work;
   };
-  void runJob(Job& job);
+  ncclResult_t execute(std::vector<Operation>& operations, std::string& message);  // records the first error
+  void releaseEngine();  // after a job: lets the next one in, wakes whoever waits for it
 
   int rank_;
   int nranks_;
@@ -158,15 +162,26 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::vector<char> scratch_;
   std::vector<char> prescaled_;
   std::vector<char> staging_;  // RecvReduceSend results; collectives run one at a time
+  std::vector<const PointToPointArgs*> groupPointToPoint_;  // runGroup's working lists, kept for their capacity
+  std::vector<const CollectiveArgs*> groupCollectives_;
+  std::vector<std::function<void()>> groupAfter_;
+  // Idle polls before the progress loop yields its core: many when every local rank has a core of its
+  // own (a yield is a syscall, and the peer is about to answer), few when ranks outnumber cores.
+  unsigned spinsBeforeYield_ = 64;
 
   mutable std::mutex queueMutex_;
   std::condition_variable queueChanged_;  // the engine waits here for work or stop
   std::condition_variable idle_;          // finalize() waits here for pending_ == 0
   std::deque<Job> queue_;
-  size_t pending_ = 0;  // queued + running jobs
-  bool running_ = false;  // a job is executing (on the engine thread or inline)
-  bool stopping_ = false;
+  // One job at a time, on the engine thread or inline on a blocking caller's: whoever claims busy_.
+  // The counters are atomics so that an inline call needs no lock (see releaseEngine()).
+  std::atomic<bool> busy_{false};
+  std::atomic<size_t> queued_{0};      // queue_.size()
+  std::atomic<size_t> pending_{0};     // queued + running jobs
+  std::atomic<int> idleWaiters_{0};    // threads in finalize()
+  std::atomic<bool> stopping_{false};
   std::atomic<bool> aborted_{false};
+  std::atomic<bool> failed_{false};    // asyncError_ is set
   ncclResult_t asyncError_ = ncclSuccess;
   std::string asyncErrorMessage_;
   std::thread engine_;

@@ -49,7 +49,6 @@ void Execution::reset() {
     state.step = 0;
     state.stepStarted = false;
     state.slices = state.slicesPosted = state.slicesDone = 0;
-    state.recvTickets.clear();
   }
   inFlight_.clear();
   moved_ = finished_ = false;
@@ -89,7 +88,6 @@ void Execution::startStep(size_t laneIndex) {
   state.slices = step.bytes == 0 ? 0 : (step.bytes + sliceBytes_ - 1) / sliceBytes_;
   state.slicesPosted = 0;
   state.slicesDone = 0;
-  state.recvTickets.clear();
 }
 
 void Execution::finishStep(LaneState& state) {
@@ -122,19 +120,19 @@ bool Execution::pumpReceives(size_t laneIndex) {
       action.operand = step.src + offset;
       action.reduce = reduce_;
     }
-    state.recvTickets.push_back(lane.recvConn->postRecv(action, length));
+    state.recvTickets[state.slicesPosted % kWindow] = lane.recvConn->postRecv(action, length);
     ++state.slicesPosted;
     moved_ = true;
   }
 
-  while (!state.recvTickets.empty() && lane.recvConn->recvsCompleted() >= state.recvTickets.front()) {
+  while (state.slicesDone < state.slicesPosted &&
+         lane.recvConn->recvsCompleted() >= state.recvTickets[state.slicesDone % kWindow]) {
     const size_t slice = state.slicesDone;
     const size_t length = sliceLength(step, slice);
     if (forwards) {
       const char* base = step.kind == StepKind::RecvReduceSend ? stagingOf_[laneIndex][state.step] : step.dst;
       postSend(lane.sendConn, base + slice * sliceBytes_, length);
     }
-    state.recvTickets.pop_front();
     ++state.slicesDone;
     moved_ = true;
   }

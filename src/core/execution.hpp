@@ -3,9 +3,9 @@
 // Collective plans and grouped send/recv are both lowered to this form, so one engine runs both.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
-#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -67,7 +67,7 @@ class Execution {
     size_t slices = 0;
     size_t slicesPosted = 0;  // receives posted
     size_t slicesDone = 0;    // receives completed (and forwarded)
-    std::deque<transport::Ticket> recvTickets;
+    std::array<transport::Ticket, kWindow> recvTickets{};  // slice i's ticket at [i % kWindow]
   };
 
   bool advanceLane(size_t laneIndex);

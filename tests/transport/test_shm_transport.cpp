@@ -154,7 +154,7 @@ struct SmallFifo {
     config::clearOverrides();
     config::setOverride("NCCL_BUFFSIZE", "16384");
     config::setOverride("TOPOCCL_SHM_SLOTS", "4");
-    config::setOverride("TOPOCCL_CMA_DISABLE", cmaDisabled ? "1" : "0");
+    config::setOverride("TOPOCCL_SHM_CMA", cmaDisabled ? "0" : "1");
   }
   ~SmallFifo() { config::clearOverrides(); }
 };
@@ -213,7 +213,7 @@ TEST_CASE("shm FIFO layout follows NCCL_BUFFSIZE and TOPOCCL_SHM_SLOTS") {
 
 TEST_CASE("shm moves random payloads of awkward sizes both ways at once") {
   const bool cmaDisabled = GENERATE(false, true);
-  INFO((cmaDisabled ? "FIFO only (TOPOCCL_CMA_DISABLE=1)" : "CMA for large messages where permitted"));
+  INFO((cmaDisabled ? "FIFO only (TOPOCCL_SHM_CMA=0)" : "CMA for large messages where permitted"));
   SmallFifo settings(cmaDisabled);  // set before fork: the child inherits it
   const uint64_t hash = freshCommHash();
   const uint64_t seed = hash & 0xffff;

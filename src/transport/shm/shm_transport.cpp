@@ -29,9 +29,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kSegmentMagic = 0x746f706f73686d31ull;  // "toposhm1"
-constexpr uint32_t kLayoutVersion = 1;
+constexpr uint32_t kLayoutVersion = 2;
 constexpr size_t kAlign = 64;                               // cache line; slot payloads are multiples of it
 constexpr auto kLivenessInterval = std::chrono::milliseconds(100);
+constexpr uint64_t kPollsPerClockRead = 64;
 constexpr size_t kCmaStagingBytes = 256 << 10;              // piece size when reducing CMA data
 constexpr size_t kCmaBytesPerProgress = 8 << 20;            // bounds the work of one progress() call
 
@@ -45,17 +46,25 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t
               "shm FIFO counters must be lock-free to live in shared memory");
 
 enum SegmentState : uint32_t { kCreating = 0, kReady = 1, kAttached = 2, kEstablished = 3 };
-enum SlotKind : uint32_t { kInlineFragment = 1, kCmaDescriptor = 2 };
+enum SlotKind : uint32_t { kInlineFragment = 1, kCmaDescriptor = 2, kTinyMessage = 3 };
+constexpr size_t kTinyBytes = 32;
+constexpr size_t kMaxSlotBytes = size_t{1} << 30;  // fragment sizes fit the descriptor's 32 bits  // messages this small travel inside their descriptor's cache line
 
-// What the sender says about the slot it publishes. Plain memory: ordered by `head`.
-struct SlotDescriptor {
+// What the sender says about the slot it publishes: one cache line, which the receiver polls.
+// `sequence` is written last (release), so a small message costs one line handoff, not a flag's
+// line plus a data line.
+struct alignas(kAlign) SlotDescriptor {
+  std::atomic<uint64_t> sequence;  // the slot's counter + 1 once published
   uint64_t messageBytes;
   uint64_t offset;         // of this fragment within the message
-  uint64_t fragmentBytes;  // payload bytes in this slot (inline) or the message size (CMA)
-  uint64_t cmaAddress;     // the sender's buffer, for process_vm_readv
+  uint32_t fragmentBytes;  // payload bytes in this slot (inline fragment or tiny message)
   uint32_t kind;
-  uint32_t reserved;
+  union {
+    uint64_t cmaAddress;  // the sender's buffer, for process_vm_readv
+    unsigned char tiny[kTinyBytes];
+  };
 };
+static_assert(sizeof(SlotDescriptor) == kAlign, "a slot descriptor is one cache line");
 
 struct SegmentHeader {
   // Written by the receiver before kReady, read-only afterwards.
@@ -74,8 +83,8 @@ struct SegmentHeader {
   uint64_t senderProbeAddress;  // written by the sender before kAttached
   uint64_t cmaThreshold;        // written by the receiver before kEstablished; 0 = no CMA
   // One writer each, on separate cache lines so the two sides do not false-share.
-  alignas(kAlign) std::atomic<uint64_t> head;  // slots published by the sender
-  alignas(kAlign) std::atomic<uint64_t> tail;  // slots released by the receiver
+  // Slots released by the receiver (publication is each descriptor's `sequence`); on its own line.
+  alignas(kAlign) std::atomic<uint64_t> tail;
   alignas(kAlign) std::atomic<uint32_t> senderClosed;
   std::atomic<uint32_t> receiverClosed;
   std::atomic<uint32_t> receiverFailed;
@@ -238,7 +247,7 @@ class ShmConnection final : public Connection {
         outName_(shmSegmentName(identity.commHash, identity.rank, peer.rank, channel)) {
     const int64_t timeoutMs = params::kTimeoutMs.get();
     if (timeoutMs > 0) connectDeadline_ = Clock::now() + std::chrono::milliseconds(timeoutMs);
-    cmaThreshold_ = params::kCmaDisable.get() ? 0 : static_cast<uint64_t>(std::max<int64_t>(1, params::kShmCmaThreshold.get()));
+    cmaThreshold_ = !params::kShmCma.get() ? 0 : static_cast<uint64_t>(std::max<int64_t>(1, params::kShmCmaThreshold.get()));
     createIncomingSegment();
   }
 
@@ -419,7 +428,7 @@ class ShmConnection final : public Connection {
     if (header->magic != kSegmentMagic || header->receiverPid != peerPid_ || header->senderPid != selfPid_) return;
     if (header->version != kLayoutVersion || header->commHash != commHash_ || header->senderRank != selfRank_ ||
         header->receiverRank != peerRank_ || header->channel != channel_ || header->slotCount == 0 ||
-        header->slotBytes == 0 || header->totalBytes != size ||
+        header->slotBytes == 0 || header->slotBytes > kMaxSlotBytes || header->totalBytes != size ||
         geometryFor(header->slotCount, header->slotBytes).totalBytes != size) {
       throwRemoteError("shm transport: segment " + outName_ + " from " + peerName() + " has an unexpected layout");
     }
@@ -439,11 +448,19 @@ class ShmConnection final : public Connection {
     size_t budget = kCmaBytesPerProgress;
     SegmentHeader* header = in_.header;
     while (!recvs_.empty()) {
-      if (inTail_ == header->head.load(std::memory_order_acquire)) return;
-      const SlotDescriptor slot = in_.slotDescriptor(inTail_);
+      if (!incomingSlotReady()) return;
+      const SlotDescriptor& slot = in_.slotDescriptor(inTail_);
       PendingRecv& recv = recvs_.front();
       if (slot.messageBytes != recv.bytes) reportSizeMismatch(recv.bytes, slot.messageBytes);
-      if (slot.kind == kInlineFragment) {
+      if (slot.kind == kTinyMessage) {
+        if (slot.offset != 0 || recv.offset != 0 || slot.fragmentBytes != recv.bytes || recv.bytes > kTinyBytes) {
+          throwRemoteError(peerName() + " sent a malformed small message" + onChannel());
+        }
+        applyAt(recv, slot.tiny, 0, recv.bytes);
+        releaseIncomingSlot();
+        ++fifoMessagesReceived_;
+        completeRecv();
+      } else if (slot.kind == kInlineFragment) {
         if (slot.offset != recv.offset || slot.fragmentBytes > in_.slotBytes || slot.fragmentBytes > recv.bytes - recv.offset) {
           throwRemoteError(peerName() + " sent a malformed fragment" + onChannel());
         }
@@ -463,6 +480,10 @@ class ShmConnection final : public Connection {
         throwRemoteError(peerName() + " sent a malformed slot (kind " + std::to_string(slot.kind) + ")" + onChannel());
       }
     }
+  }
+
+  bool incomingSlotReady() const {
+    return in_.slotDescriptor(inTail_).sequence.load(std::memory_order_acquire) == inTail_ + 1;
   }
 
   void releaseIncomingSlot() { in_.header->tail.store(++inTail_, std::memory_order_release); }
@@ -535,23 +556,39 @@ class ShmConnection final : public Connection {
   }
 
   // Sender: fill free slots with the queued sends in order, then retire what has completed.
+  // The receiver's tail is read only when the FIFO looks full or a CMA send waits for it: each
+  // read of it is a cache line that the receiver owns.
   void sendAvailable() {
-    SegmentHeader* header = out_.header;
-    uint64_t tail = header->tail.load(std::memory_order_acquire);
-    while (nextToPublish_ < sends_.size() && outHead_ - tail < out_.slotCount) {
+    while (nextToPublish_ < sends_.size()) {
+      if (outHead_ - outTailSeen_ >= out_.slotCount) {
+        outTailSeen_ = out_.header->tail.load(std::memory_order_acquire);
+        if (outHead_ - outTailSeen_ >= out_.slotCount) break;
+      }
       PendingSend& send = sends_[nextToPublish_];
       SlotDescriptor& slot = out_.slotDescriptor(outHead_);
+      slot.messageBytes = send.bytes;
       if (outCmaThreshold_ != 0 && send.bytes >= outCmaThreshold_) {
-        slot = {send.bytes, 0, send.bytes, reinterpret_cast<uint64_t>(send.data), kCmaDescriptor, 0};
+        slot.offset = 0;
+        slot.fragmentBytes = 0;
+        slot.kind = kCmaDescriptor;
+        slot.cmaAddress = reinterpret_cast<uint64_t>(send.data);
         send.releasedAtTail = outHead_ + 1;
+        send.offset = send.bytes;
+      } else if (send.bytes <= kTinyBytes) {
+        slot.offset = 0;
+        slot.fragmentBytes = static_cast<uint32_t>(send.bytes);
+        slot.kind = kTinyMessage;
+        if (send.bytes > 0) std::memcpy(slot.tiny, send.data, send.bytes);
         send.offset = send.bytes;
       } else {
         const size_t fragment = std::min(out_.slotBytes, send.bytes - send.offset);
-        if (fragment > 0) std::memcpy(out_.slotPayload(outHead_), send.data + send.offset, fragment);
-        slot = {send.bytes, send.offset, fragment, 0, kInlineFragment, 0};
+        std::memcpy(out_.slotPayload(outHead_), send.data + send.offset, fragment);
+        slot.offset = send.offset;
+        slot.fragmentBytes = static_cast<uint32_t>(fragment);
+        slot.kind = kInlineFragment;
         send.offset += fragment;
       }
-      header->head.store(++outHead_, std::memory_order_release);
+      slot.sequence.store(++outHead_, std::memory_order_release);
       if (send.offset == send.bytes) {
         send.published = true;
         ++nextToPublish_;
@@ -561,8 +598,9 @@ class ShmConnection final : public Connection {
   }
 
   void retireCompletedSends() {
-    const uint64_t tail = out_.header->tail.load(std::memory_order_acquire);  // the receiver's CMA reads are done
-    while (!sends_.empty() && sends_.front().published && tail >= sends_.front().releasedAtTail) {
+    if (!sends_.empty() && sends_.front().published && outTailSeen_ < sends_.front().releasedAtTail)
+      outTailSeen_ = out_.header->tail.load(std::memory_order_acquire);  // the receiver's CMA reads are done
+    while (!sends_.empty() && sends_.front().published && outTailSeen_ >= sends_.front().releasedAtTail) {
       sends_.pop_front();
       --nextToPublish_;
       ++sendsCompleted_;
@@ -579,7 +617,7 @@ class ShmConnection final : public Connection {
 
   void checkPeerClosed() {
     if (!recvs_.empty() && inEstablished_ && in_.header->senderClosed.load(std::memory_order_acquire) != 0 &&
-        inTail_ == in_.header->head.load(std::memory_order_acquire)) {
+        !incomingSlotReady()) {
       throwRemoteError(peerName() + " closed the connection during receive" + onChannel());
     }
     if (!sends_.empty() && outAttached_ && out_.header->receiverClosed.load(std::memory_order_acquire) != 0) {
@@ -593,18 +631,20 @@ class ShmConnection final : public Connection {
   void checkPeerAlive() {
     const char* operation = waitingOperation();
     if (operation == nullptr) {
-      waiting_ = false;
+      waitPolls_ = 0;
       return;
     }
-    const auto now = Clock::now();
-    if (!waiting_) {
-      waiting_ = true;
-      lastLivenessCheck_ = now;
-    } else if (peerExited_) {
-      // Seen in an earlier call, so this call's passes already used the peer's final head and
-      // tail: whatever it published before exiting has been delivered, unless still queued.
-      const bool undelivered = !recvs_.empty() && inEstablished_ && inTail_ != in_.header->head.load(std::memory_order_acquire);
+    if (peerExited_) {
+      // Seen in an earlier call, so this call's passes already saw everything the peer published and
+      // released: whatever it published before exiting has been delivered, unless still queued.
+      const bool undelivered = !recvs_.empty() && inEstablished_ && incomingSlotReady();
       if (!undelivered) throwRemoteError(peerName() + " exited during " + operation + onChannel());
+    }
+    // A short wait (the common case) never reads the clock.
+    if ((++waitPolls_ % kPollsPerClockRead) != 0) return;
+    const auto now = Clock::now();
+    if (waitPolls_ == kPollsPerClockRead) {
+      lastLivenessCheck_ = now;
     } else if (now - lastLivenessCheck_ >= kLivenessInterval) {
       lastLivenessCheck_ = now;
       peerExited_ = !processAlive(peerPid_);
@@ -644,12 +684,13 @@ class ShmConnection final : public Connection {
   bool outEstablished_ = false;
   uint64_t outCmaThreshold_ = 0;
   uint64_t outHead_ = 0;
+  uint64_t outTailSeen_ = 0;  // the receiver's tail when we last looked
   std::deque<PendingSend> sends_;
   size_t nextToPublish_ = 0;  // sends_[0, nextToPublish_) are fully in the FIFO
   Ticket sendsPosted_ = 0;
   Ticket sendsCompleted_ = 0;
 
-  bool waiting_ = false;
+  uint64_t waitPolls_ = 0;  // progress() calls since something of ours began waiting on the peer
   bool peerExited_ = false;
   Clock::time_point lastLivenessCheck_{};
   std::optional<Error> failure_;  // once broken, every later progress() repeats the first error
@@ -692,6 +733,7 @@ ShmFifoLayout shmFifoLayout() {
   ShmFifoLayout layout;
   layout.slotCount = static_cast<size_t>(slots);
   layout.slotBytes = std::max(kAlign, static_cast<size_t>(buffSize) / layout.slotCount / kAlign * kAlign);
+  layout.slotBytes = std::min(layout.slotBytes, kMaxSlotBytes);
   return layout;
 }
 
