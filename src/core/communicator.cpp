@@ -144,7 +144,7 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
   identity_ = {bootstrap::commHash(id), id.secret, rank_, nranks_};
 
   std::string socketAddress;
-  socketTransport_ = transport::makeSocketTransport(identity_, &socketAddress);
+  socketTransport_ = transport::makeSocketTransport(identity_, &socketAddress, hostIdentity());
 
   std::vector<WireInfo> wire(nranks_);
   WireInfo& mine = wire[rank_];
@@ -201,7 +201,10 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
     CPU_ZERO(&cpus);
     const int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
     const size_t localRanks = locality_->ranksOnHost(locality_->hostIndex(rank_)).size();
-    spinsBeforeYield_ = localRanks <= static_cast<size_t>(cores) ? 4096 : 64;
+    const int64_t configured = params::kSpinPolls.get();
+    if (configured < 0) throwInvalidArgument(std::string(params::kSpinPolls.name()) + "=" + std::to_string(configured) + " must be >= 0");
+    spinsBeforeYield_ = configured > 0 ? static_cast<unsigned>(std::min<int64_t>(configured, 1 << 30))
+                                       : (localRanks <= static_cast<size_t>(cores) ? 4096 : 64);
   }
   if (log::enabled(log::Level::Info, log::kInit)) {
     std::ostringstream routes;

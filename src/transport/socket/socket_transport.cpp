@@ -76,11 +76,14 @@ constexpr int kMaxStreams = 64;
 constexpr size_t kStagingBytes = 256 << 10;  // per stream, only for receives that reduce
 constexpr auto kHelloPatience = std::chrono::seconds(30);
 
-int configuredStreams() {
+// Loopback TCP is bound by the CPU that runs both ends' stacks: one stream per peer on the same host
+// measured faster there than two (perf/RESULTS.md); NICs want several.
+int configuredStreams(bool sameHost) {
   const int64_t wanted = params::kNSocks.get();
+  if (wanted == 0) return sameHost ? 1 : 2;
   if (wanted < 1 || wanted > kMaxStreams)
-    throwInvalidArgument(std::string(params::kNSocks.name()) + "=" + std::to_string(wanted) + " is out of range [1, " +
-                         std::to_string(kMaxStreams) + "]");
+    throwInvalidArgument(std::string(params::kNSocks.name()) + "=" + std::to_string(wanted) + " is out of range [0, " +
+                         std::to_string(kMaxStreams) + "] (0: automatic)");
   return static_cast<int>(wanted);
 }
 
@@ -179,7 +182,8 @@ class AcceptHub {
 
 class SocketConnection final : public Connection {
  public:
-  SocketConnection(std::shared_ptr<AcceptHub> hub, const CommIdentity& self, const PeerInfo& peer, int channel)
+  SocketConnection(std::shared_ptr<AcceptHub> hub, const CommIdentity& self, const PeerInfo& peer, int channel,
+                   int streams)
       : hub_(std::move(hub)),
         self_(self),
         peerRank_(peer.rank),
@@ -191,7 +195,7 @@ class SocketConnection final : public Connection {
     connectDeadline_ = Clock::now() + std::chrono::milliseconds(connectTimeoutMs_);
     if (dials_) {
       peerAddress_ = SocketAddress::parse(peer.socketAddress);
-      setStreamCount(configuredStreams());
+      setStreamCount(streams);
       for (int index = 0; index < nstreams_; ++index) startDial(index);
     }
   }
@@ -618,8 +622,8 @@ class SocketConnection final : public Connection {
 
 class SocketTransport final : public Transport {
  public:
-  SocketTransport(const CommIdentity& identity, std::shared_ptr<AcceptHub> hub)
-      : identity_(identity), hub_(std::move(hub)) {}
+  SocketTransport(const CommIdentity& identity, std::shared_ptr<AcceptHub> hub, std::string hostId)
+      : identity_(identity), hub_(std::move(hub)), hostId_(std::move(hostId)) {}
 
   const char* name() const override { return "socket"; }
   // TCP reaches any host, and serves as the fallback on this one.
@@ -634,7 +638,8 @@ class SocketTransport final : public Transport {
     if (peer.socketAddress.empty() && peer.rank >= identity_.rank)  // we dial it
       throwInvalidArgument("socket transport rank " + std::to_string(identity_.rank) + ": rank " +
                            std::to_string(peer.rank) + " published no socket address");
-    return std::make_unique<SocketConnection>(hub_, identity_, peer, channel);
+    const bool sameHost = !hostId_.empty() && peer.hostId == hostId_;
+    return std::make_unique<SocketConnection>(hub_, identity_, peer, channel, configuredStreams(sameHost));
   }
 
   void progress() override { hub_->poll(); }
@@ -642,17 +647,19 @@ class SocketTransport final : public Transport {
  private:
   const CommIdentity identity_;
   std::shared_ptr<AcceptHub> hub_;
+  const std::string hostId_;
 };
 
 }  // namespace
 
-std::unique_ptr<Transport> makeSocketTransport(const CommIdentity& identity, std::string* listenAddressOut) {
+std::unique_ptr<Transport> makeSocketTransport(const CommIdentity& identity, std::string* listenAddressOut,
+                                               std::string hostId) {
   bootstrap::Listener listener = bootstrap::listenOn(bootstrap::selectInterface().address, false, true);
   const std::string address = listener.address.toString();
   TOPOCCL_INFO(log::kNet | log::kInit, "socket transport rank %d listening on %s", identity.rank, address.c_str());
   if (listenAddressOut) *listenAddressOut = address;
   auto hub = std::make_shared<AcceptHub>(identity, std::move(listener));
-  return std::make_unique<SocketTransport>(identity, std::move(hub));
+  return std::make_unique<SocketTransport>(identity, std::move(hub), std::move(hostId));
 }
 
 }  // namespace topoccl::transport

@@ -12,8 +12,10 @@
 namespace topoccl::transport {
 
 // Opens the data listener on the interface NCCL_SOCKET_IFNAME selects and writes its "ip:port"
-// to *listenAddressOut (for PeerInfo::socketAddress).
-std::unique_ptr<Transport> makeSocketTransport(const CommIdentity& identity, std::string* listenAddressOut);
+// to *listenAddressOut (for PeerInfo::socketAddress). `hostId` (PeerInfo::hostId of this rank) lets
+// NCCL_NSOCKS_PERTHREAD=0 (automatic) use one stream to peers on the same host and two to others.
+std::unique_ptr<Transport> makeSocketTransport(const CommIdentity& identity, std::string* listenAddressOut,
+                                               std::string hostId = {});
 
 namespace socket_detail {
 
