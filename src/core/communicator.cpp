@@ -199,8 +199,10 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
   {
     cpu_set_t cpus;
     CPU_ZERO(&cpus);
-    const int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    // A rank pinned to one core (mpirun binds when ranks <= cores) has that core to itself.
+    const int affinity = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
     const size_t localRanks = locality_->ranksOnHost(locality_->hostIndex(rank_)).size();
+    const int cores = affinity == 1 ? static_cast<int>(localRanks) : std::max<int>(1, affinity);
     const int64_t configured = params::kSpinPolls.get();
     if (configured < 0) throwInvalidArgument(std::string(params::kSpinPolls.name()) + "=" + std::to_string(configured) + " must be >= 0");
     spinsBeforeYield_ = configured > 0 ? static_cast<unsigned>(std::min<int64_t>(configured, 1 << 30))
@@ -736,9 +738,9 @@ ncclResult_t Communicator::execute(std::vector<Operation>& operations, std::stri
   return code;
 }
 
-void Communicator::releaseEngine() {
+void Communicator::releaseEngine(bool queuedJob) {
+  if (queuedJob) pending_.fetch_sub(1, std::memory_order_seq_cst);
   busy_.store(false, std::memory_order_seq_cst);
-  pending_.fetch_sub(1, std::memory_order_seq_cst);
   // Dekker with submit()/finalize(): they publish before they look at busy_/pending_, we after.
   const bool wakeEngine = queued_.load(std::memory_order_seq_cst) > 0 || stopping_.load(std::memory_order_seq_cst);
   const bool wakeIdle = idleWaiters_.load(std::memory_order_seq_cst) > 0;
@@ -767,7 +769,7 @@ void Communicator::progressLoop() {
     std::string message;
     const ncclResult_t code = execute(job.operations, message);
     job.work->complete(code, std::move(message));
-    releaseEngine();
+    releaseEngine(true);
   }
 }
 
@@ -779,10 +781,9 @@ ncclResult_t Communicator::run(std::vector<Operation>& operations, std::string& 
   // Idle engine and nothing queued: run here, saving two thread hand-offs per call.
   bool idle = false;
   if (queued_.load(std::memory_order_seq_cst) == 0 && busy_.compare_exchange_strong(idle, true, std::memory_order_seq_cst)) {
-    pending_.fetch_add(1, std::memory_order_seq_cst);
     log::setThreadRank(rank_);
     const ncclResult_t code = execute(operations, message);
-    releaseEngine();
+    releaseEngine(false);
     return code;
   }
   auto work = submit(std::move(operations));
@@ -819,7 +820,9 @@ void Communicator::finalize() {
   idleWaiters_.fetch_add(1, std::memory_order_seq_cst);
   {
     std::unique_lock lock(queueMutex_);
-    idle_.wait(lock, [&] { return pending_.load(std::memory_order_seq_cst) == 0; });
+    idle_.wait(lock, [&] {
+      return pending_.load(std::memory_order_seq_cst) == 0 && !busy_.load(std::memory_order_seq_cst);
+    });
   }
   idleWaiters_.fetch_sub(1, std::memory_order_seq_cst);
 }
@@ -851,7 +854,8 @@ ncclResult_t Communicator::asyncError() const {
     std::lock_guard lock(queueMutex_);
     return asyncError_;
   }
-  return pending_.load(std::memory_order_seq_cst) > 0 ? ncclInProgress : ncclSuccess;
+  const bool working = pending_.load(std::memory_order_seq_cst) > 0 || busy_.load(std::memory_order_seq_cst);
+  return working ? ncclInProgress : ncclSuccess;
 }
 
 std::string Communicator::asyncErrorMessage() const {

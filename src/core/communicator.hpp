@@ -131,7 +131,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
     std::shared_ptr<Work> work;
   };
   ncclResult_t execute(std::vector<Operation>& operations, std::string& message);  // records the first error
-  void releaseEngine();  // after a job: lets the next one in, wakes whoever waits for it
+  // After a job (`queuedJob`: one from the queue, counted in pending_): lets the next one in, wakes
+  // whoever waits for it.
+  void releaseEngine(bool queuedJob);
 
   int rank_;
   int nranks_;
@@ -177,7 +179,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // The counters are atomics so that an inline call needs no lock (see releaseEngine()).
   std::atomic<bool> busy_{false};
   std::atomic<size_t> queued_{0};      // queue_.size()
-  std::atomic<size_t> pending_{0};     // queued + running jobs
+  std::atomic<size_t> pending_{0};     // queued jobs, until the engine finished them (inline runs: busy_ only)
   std::atomic<int> idleWaiters_{0};    // threads in finalize()
   std::atomic<bool> stopping_{false};
   std::atomic<bool> aborted_{false};

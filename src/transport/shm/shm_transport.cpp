@@ -154,7 +154,8 @@ class SharedMapping {
 
 // Maps the whole of `fd`; nullopt-free: throws on failure.
 SharedMapping mapShared(int fd, size_t bytes, const std::string& what) {
-  void* address = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  // Populated now: the FIFO's first lap would otherwise fault on every page (~8 ms for 4 MiB here).
+  void* address = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   if (address == MAP_FAILED) throwSystemError("shm transport: mapping " + std::to_string(bytes) + " bytes of " + what);
   return SharedMapping(address, bytes);
 }

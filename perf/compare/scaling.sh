@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# How all-reduce cost grows with the rank count: topoccl (and OpenMPI, for reference) at a small and a
+# large size on 2, 3, 4, 6 and 8 ranks of this machine, interleaved, repeated; medians in a table.
+#
+#   perf/compare/scaling.sh                     4 KiB and 64 MiB, ranks "2 3 4 6 8", 3 repeats
+#   RANKS="2 4" REPEAT=1 SMALL=8 LARGE=1M perf/compare/scaling.sh
+#
+# Environment: BUILD [build] (topoccl build dir), COMPARE_BIN [build/compare] (mpi_perf, built by run.sh or
+# `make -C perf/compare`), RANKS, REPEAT, SMALL [4K], LARGE [64M], SYSTEMS ["topoccl mpi"], MALLOC_ENV (as in
+# run.sh), OUT [perf/compare/results/scaling-<UTC timestamp>]. Writes raw/*.csv, runs.tsv and table.md.
+#
+# The step count is the algorithm's critical path in message rounds, from topoccl's selection table:
+# recursive doubling below 64 KiB (log2 P rounds, P the largest power of two <= n, plus 2 when n is not
+# a power of two: fold in, fold out), ring above (2(n-1) rounds). With more ranks than the machine's
+# cores the ranks share them, so the large-size time is also given against a CPU model: every rank
+# copies (or reduces) 2(n-1)/n x size, and the cores do that work in turn.
+set -u -o pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+cd "$ROOT"
+
+BUILD=${BUILD:-build}
+COMPARE_BIN=${COMPARE_BIN:-build/compare}
+RANKS=${RANKS:-"2 3 4 6 8"}
+REPEAT=${REPEAT:-3}
+SMALL=${SMALL:-4K}
+LARGE=${LARGE:-64M}
+SYSTEMS=${SYSTEMS:-"topoccl mpi"}
+MPIRUN_FLAGS=${MPIRUN_FLAGS:---allow-run-as-root --oversubscribe}
+MALLOC_ENV=${MALLOC_ENV-MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=68719476736}
+OUT=${OUT:-perf/compare/results/scaling-$(date -u +%Y%m%dT%H%M%SZ)}
+ENVX=()
+for kv in $MALLOC_ENV; do ENVX+=(-x "$kv"); done
+
+[ -x "$BUILD/perf/all_reduce_perf" ] || { echo "scaling.sh: $BUILD/perf/all_reduce_perf missing (cmake --build $BUILD)" >&2; exit 2; }
+if [[ " $SYSTEMS " == *" mpi "* ]] && [ ! -x "$COMPARE_BIN/mpi_perf" ]; then
+  make -s -C perf/compare BIN="$ROOT/$COMPARE_BIN" "$ROOT/$COMPARE_BIN/mpi_perf" >/dev/null || { echo "scaling.sh: cannot build mpi_perf" >&2; exit 2; }
+fi
+mkdir -p "$OUT/raw" "$OUT/logs"
+printf 'system\tranks\tsize\trepeat\texit\tseconds\n' > "$OUT/runs.tsv"
+{
+  echo "date: $(date -u +%FT%TZ)"; echo "host: $(uname -n) $(uname -r), $(nproc) cores"
+  echo "command: RANKS=\"$RANKS\" REPEAT=$REPEAT SMALL=$SMALL LARGE=$LARGE perf/compare/scaling.sh"
+  echo "topoccl: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)"; echo "MALLOC_ENV: $MALLOC_ENV"
+} > "$OUT/meta.txt"
+
+launch() {  # system ranks size repeat
+  local system=$1 np=$2 size=$3 rep=$4 iters warm cmd
+  if [ "$size" = "$SMALL" ]; then iters=200; warm=20; else iters=5; warm=2; fi
+  case $system in
+    topoccl) cmd=("$BUILD/perf/all_reduce_perf" -b "$size" -e "$size" -n "$iters" -w "$warm" -c 1 -d float -o sum --csv) ;;
+    mpi) cmd=(--mca btl vader,self "$COMPARE_BIN/mpi_perf" --coll all_reduce -b "$size" -e "$size" -n "$iters" -w "$warm" -c 1 --csv) ;;
+    *) echo "scaling.sh: unknown system $system" >&2; return 1 ;;
+  esac
+  local name="${system}__np${np}__${size}__r${rep}" start end rc
+  start=$(date +%s.%N)
+  # shellcheck disable=SC2086
+  timeout 900 mpirun $MPIRUN_FLAGS "${ENVX[@]}" -np "$np" "${cmd[@]}" > "$OUT/raw/$name.csv" 2> "$OUT/logs/$name.log"
+  rc=$?
+  end=$(date +%s.%N)
+  printf '%s\t%s\t%s\t%s\t%s\t%.1f\n' "$system" "$np" "$size" "$rep" "$rc" "$(echo "$end - $start" | bc)" >> "$OUT/runs.tsv"
+  echo "  $name: exit $rc" >&2
+}
+
+for rep in $(seq 1 "$REPEAT"); do
+  for np in $RANKS; do
+    for size in "$SMALL" "$LARGE"; do
+      for system in $SYSTEMS; do launch "$system" "$np" "$size" "$rep"; done
+    done
+  done
+done
+
+python3 - "$OUT" "$(nproc)" <<'PY' | tee "$OUT/table.md"
+import csv, glob, math, os, statistics, sys
+out, cores = sys.argv[1], int(sys.argv[2])
+rows = {}  # (system, np, bytes) -> [(time_us, wrong)]
+for path in glob.glob(os.path.join(out, "raw", "*.csv")):
+    system = os.path.basename(path).split("__")[0]
+    with open(path) as f:
+        for r in csv.DictReader(line for line in f if not line.startswith("#")):
+            if not r.get("oop_time_us"):
+                continue
+            rows.setdefault((system, int(r["nranks"]), int(r["bytes"])), []).append(
+                (float(r["oop_time_us"]), int(float(r["oop_wrong"] or 0))))
+def med(key):
+    v = rows.get(key)
+    return (statistics.median(t for t, _ in v), min(t for t, _ in v), max(t for t, _ in v), sum(w for _, w in v)) if v else None
+ranks = sorted({k[1] for k in rows})
+sizes = sorted({k[2] for k in rows})
+def steps(n, nbytes):
+    if nbytes < 64 * 1024:
+        p = 1 << (n.bit_length() - 1)
+        return int(math.log2(p)) + (2 if p != n else 0)
+    return 2 * (n - 1)
+wrong = sum(v[3] for v in (med(k) for k in rows) if v)
+print(f"# all-reduce vs ranks ({cores} cores; float sum, out of place; medians over repeats, [min-max])\n")
+print(f"Wrong elements over all runs: {wrong}.\n")
+for nbytes in sizes:
+    label = f"{nbytes // 1024} KiB" if nbytes < 1 << 20 else f"{nbytes >> 20} MiB"
+    small = nbytes < 64 * 1024
+    print(f"## {label}\n")
+    base = med(("topoccl", ranks[0], nbytes))
+    if small:
+        print("| ranks | steps | topoccl µs | µs per step | time / 2-rank time | steps / 2-rank steps | OpenMPI µs | topoccl/OpenMPI time |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    else:
+        print("| ranks | steps | topoccl ms | busbw GB/s | CPU model ms | time / model | OpenMPI ms | OpenMPI busbw GB/s | busbw topoccl/OpenMPI |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n in ranks:
+        t = med(("topoccl", n, nbytes)); m = med(("mpi", n, nbytes))
+        s = steps(n, nbytes)
+        if t is None:
+            continue
+        tcell = f"{t[0]:.1f} [{t[1]:.1f}-{t[2]:.1f}]" if small else f"{t[0]/1e3:.1f} [{t[1]/1e3:.1f}-{t[2]/1e3:.1f}]"
+        mcell = "" if m is None else (f"{m[0]:.1f}" if small else f"{m[0]/1e3:.1f}")
+        if small:
+            ratio = "" if m is None else f"{t[0]/m[0]:.2f}"
+            print(f"| {n} | {s} | {tcell} | {t[0]/s:.2f} | {t[0]/base[0]:.2f} | {s/steps(ranks[0], nbytes):.2f} | {mcell} | {ratio} |")
+        else:
+            bus = lambda us: nbytes / (us * 1e3) * 2 * (n - 1) / n
+            # Each rank moves 2(n-1)/n x size through its core; n ranks share min(n, cores) cores. The per-core
+            # rate is the 2-rank run's (which has a core per rank), so the model is the 2-rank time scaled.
+            model = base[0] * ((2 * (n - 1) / n) / (2 * (ranks[0] - 1) / ranks[0])) * max(1.0, n / cores) / max(1.0, ranks[0] / cores)
+            mb = "" if m is None else f"{bus(m[0]):.2f}"
+            ratio = "" if m is None else f"{bus(t[0])/bus(m[0]):.2f}"
+            print(f"| {n} | {s} | {tcell} | {bus(t[0]):.2f} | {model/1e3:.1f} | {t[0]/model:.2f} | {mcell} | {mb} | {ratio} |")
+    print()
+PY
+echo "scaling.sh: wrote $OUT/table.md" >&2
