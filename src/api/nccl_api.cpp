@@ -15,6 +15,7 @@
 #include "common/log.hpp"
 #include "common/params.hpp"
 #include "core/communicator.hpp"
+#include "transport/shm/shared_allocation.hpp"
 
 using topoccl::DataType;
 using topoccl::Error;
@@ -488,7 +489,12 @@ TOPOCCL_EXPORT ncclResult_t pncclMemAlloc(void** ptr, size_t size) {
     if (!ptr) badArgument("ncclMemAlloc", "ptr is NULL");
     *ptr = nullptr;
     if (size == 0) return ncclSuccess;
-    // Host memory, page aligned (the CUDA build will allocate device memory here).
+    // Host memory, page aligned. Shared (a memfd) so that shm peers copy straight out of it: the
+    // host analogue of NCCL's registered buffers. The CUDA build will allocate device memory here.
+    if (topoccl::params::kShmZeroCopy.get()) {
+      *ptr = topoccl::transport::allocateShared(size);
+      return ncclSuccess;
+    }
     void* p = nullptr;
     if (posix_memalign(&p, 4096, size) != 0)
       throw Error(ncclSystemError, "ncclMemAlloc: cannot allocate " + std::to_string(size) + " bytes of host memory");
@@ -498,7 +504,7 @@ TOPOCCL_EXPORT ncclResult_t pncclMemAlloc(void** ptr, size_t size) {
 }
 
 TOPOCCL_EXPORT ncclResult_t pncclMemFree(void* ptr) {
-  std::free(ptr);
+  if (ptr != nullptr && !topoccl::transport::freeShared(ptr)) std::free(ptr);
   return ncclSuccess;
 }
 

@@ -32,6 +32,11 @@ inline const Param<bool> kP2pDisable{"NCCL_P2P_DISABLE", false, "Disable direct 
 inline const Param<bool> kShmCma{"TOPOCCL_SHM_CMA", false,
                                  "Move large shm messages with one cross-memory-attach copy (process_vm_readv) "
                                  "instead of the FIFO's two"};
+inline const Param<bool> kShmZeroCopy{"TOPOCCL_SHM_ZERO_COPY", true,
+                                     "ncclMemAlloc returns shared memory (a memfd), and shm receivers copy large messages "
+                                     "straight out of such a sender's buffer: one copy instead of the FIFO's two"};
+inline const Param<int64_t> kShmZeroCopyThreshold{"TOPOCCL_SHM_ZERO_COPY_THRESHOLD", 32768,
+                                                  "Messages at least this large from ncclMemAlloc buffers go zero-copy"};
 inline const Param<int64_t> kShmCmaThreshold{"TOPOCCL_SHM_CMA_THRESHOLD", 65536,
                                              "Messages at least this large move by CMA instead of the shm FIFO"};
 inline const Param<int64_t> kNSocks{"NCCL_NSOCKS_PERTHREAD", 0,

@@ -510,12 +510,12 @@ std::unique_ptr<Execution> Communicator::buildCollective(const CollectiveArgs& a
   const size_t inputElements = static_cast<size_t>(inBlocks) * args.count;
   const bool needsCopy = op == ReduceOp::PreMulSum || (inPlace && !plan.inPlace);
   if (needsCopy && inputElements > 0) {
-    prescaled_.resize(inputElements * elem);
+    char* prescaled = prescaled_.reserve(inputElements * elem);
     if (op == ReduceOp::PreMulSum)
-      kernels::hostScale(args.type, prescaled_.data(), input, inputElements, scalar);
+      kernels::hostScale(args.type, prescaled, input, inputElements, scalar);
     else
-      std::memcpy(prescaled_.data(), input, inputElements * elem);
-    input = prescaled_.data();
+      std::memcpy(prescaled, input, inputElements * elem);
+    input = prescaled;
   } else if (!inPlace && !plan.outOfPlace) {
     throwInternalError(std::string("plan '") + plan.name + "' for " + algo::collectiveName(args.collective) +
                        " supports only in-place buffers");
@@ -534,8 +534,7 @@ std::unique_ptr<Execution> Communicator::buildCollective(const CollectiveArgs& a
 
   const size_t blockBytes = args.count * elem;
   const size_t scratchBlocks = (plan.scratchChunks + plan.chunksPerBlock - 1) / plan.chunksPerBlock;
-  if (scratch_.size() < scratchBlocks * blockBytes) scratch_.resize(scratchBlocks * blockBytes);
-  char* scratch = scratch_.data();
+  char* scratch = scratchBlocks == 0 ? nullptr : scratch_.reserve(scratchBlocks * blockBytes);
 
   auto pointer = [&](const algo::ChunkRange& range, size_t* bytes) -> char* {
     const algo::ElementRange elements = algo::rangeElements(plan, args.count, range);

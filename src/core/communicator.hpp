@@ -23,6 +23,7 @@
 #include "algorithms/selection.hpp"
 #include "bootstrap/bootstrap.hpp"
 #include "common/datatype.hpp"
+#include "core/host_arena.hpp"
 #include "core/work.hpp"
 #include "kernels/host_reduce.hpp"
 #include "topology/locality.hpp"
@@ -161,9 +162,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::map<std::tuple<int, int, int>, std::unique_ptr<algo::Plan>> plans_;
   std::vector<algo::Plan> planFiles_;  // MSCCL_XML_FILES for this rank count, validated, in file order; then
                                        // TOPOCCL_SYNTHESIZE's plans
-  std::vector<char> scratch_;
-  std::vector<char> prescaled_;
-  std::vector<char> staging_;  // RecvReduceSend results; collectives run one at a time
+  HostArena scratch_;
+  HostArena prescaled_;
+  HostArena staging_;  // RecvReduceSend results; collectives run one at a time
   std::vector<const PointToPointArgs*> groupPointToPoint_;  // runGroup's working lists, kept for their capacity
   std::vector<const CollectiveArgs*> groupCollectives_;
   std::vector<std::function<void()>> groupAfter_;

@@ -11,7 +11,7 @@ namespace topoccl::core {
 using algo::StepKind;
 
 Execution::Execution(std::string operation, std::vector<ResolvedLane> lanes, kernels::ReduceFn reduce,
-                     size_t elementSize, size_t sliceBytes, std::vector<char>* stagingArena)
+                     size_t elementSize, size_t sliceBytes, HostArena* stagingArena)
     : operation_(std::move(operation)),
       lanes_(std::move(lanes)),
       states_(lanes_.size()),
@@ -34,8 +34,7 @@ void Execution::placeStaging() {
   for (const auto& lane : lanes_)
     for (const auto& step : lane.steps)
       if (step.kind == StepKind::RecvReduceSend) stagingBytes += step.bytes;
-  if (arena_->size() < stagingBytes) arena_->resize(stagingBytes);
-  char* next = arena_->data();
+  char* next = stagingBytes == 0 ? nullptr : arena_->reserve(stagingBytes);
   for (size_t l = 0; l < lanes_.size(); ++l)
     for (size_t s = 0; s < lanes_[l].steps.size(); ++s)
       if (lanes_[l].steps[s].kind == StepKind::RecvReduceSend) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "algorithms/plan.hpp"
+#include "core/host_arena.hpp"
 #include "kernels/host_reduce.hpp"
 #include "transport/transport.hpp"
 
@@ -36,7 +37,7 @@ class Execution {
   // `stagingArena` (grow-only, owned by the caller) holds RecvReduceSend results, so repeated
   // operations reuse warm memory; null means the execution allocates its own.
   Execution(std::string operation, std::vector<ResolvedLane> lanes, kernels::ReduceFn reduce,
-            size_t elementSize, size_t sliceBytes, std::vector<char>* stagingArena = nullptr);
+            size_t elementSize, size_t sliceBytes, HostArena* stagingArena = nullptr);
   Execution(const Execution&) = delete;
   Execution& operator=(const Execution&) = delete;
 
@@ -87,8 +88,8 @@ class Execution {
   std::vector<InFlightSend> inFlight_;
   // RecvReduceSend results, one region per such step: receives never wait for a send to finish,
   // which keeps transports that complete a send only when the peer consumed it deadlock-free.
-  std::vector<char> ownStaging_;
-  std::vector<char>* arena_ = nullptr;
+  HostArena ownStaging_;
+  HostArena* arena_ = nullptr;
   std::vector<std::vector<char*>> stagingOf_;  // [lane][step]
   kernels::ReduceFn reduce_;
   size_t elementSize_;

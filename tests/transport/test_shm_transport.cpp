@@ -24,6 +24,7 @@
 #include "common/config.hpp"
 #include "common/error.hpp"
 #include "kernels/host_reduce.hpp"
+#include "transport/shm/shared_allocation.hpp"
 #include "transport/shm/shm_transport.hpp"
 
 using namespace topoccl;
@@ -553,4 +554,132 @@ TEST_CASE("shm refuses a second connection to the same peer and channel") {
   CHECK_THROWS_AS(transport->connect(processPeer(1, ::getpid() + 1), 0), Error);
   first.reset();
   CHECK(leftoverSegments(hash).empty());
+}
+
+TEST_CASE("shm receivers copy and reduce straight out of a sender's shared allocation") {
+  const bool reduce = GENERATE(false, true);
+  INFO((reduce ? "receives that reduce floats" : "plain receives"));
+  SmallFifo settings(true);  // FIFO of 16 KiB, no CMA: only zero copy is single-copy here
+  config::setOverride("TOPOCCL_SHM_ZERO_COPY_THRESHOLD", "32768");
+  const uint64_t hash = freshCommHash();
+  const size_t arena = 6 * 1024 * 1024 + 4096;
+  // (offset, bytes) inside the allocation; multiples of 4 for the float variant. Below the threshold
+  // and from a private buffer go through the FIFO.
+  struct Piece {
+    size_t offset, bytes;
+    bool zeroCopy;
+  };
+  const std::vector<Piece> pieces = {{0, 32768, true},        {4, 32764, false},   {64, 65540, true},
+                                     {4092, 5 * 1024 * 1024 + 12, true}, {0, arena, true}, {arena - 40000, 40000, true}};
+  const uint64_t seed = hash & 0xffff;
+  const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
+    auto transport = makeShmTransport({hash, 0, 1, 2}, self);
+    auto connection = transport->connect(peer, 0);
+    auto* shared = static_cast<unsigned char*>(allocateShared(arena));
+    const auto content = randomBytes(arena, seed);
+    std::memcpy(shared, content.data(), arena);
+    Ticket last = 0;
+    for (const Piece& p : pieces) last = connection->postSend(shared + p.offset, p.bytes);
+    const auto privateCopy = randomBytes(100000, seed + 1);
+    last = connection->postSend(privateCopy.data(), privateCopy.size());
+    pollUntil({connection.get()}, [&] { return connection->sendsCompleted() == last; });
+    // A fresh allocation may get the freed one's fd number: the receiver must see the new bytes.
+    freeShared(shared);
+    auto* again = static_cast<unsigned char*>(allocateShared(arena));
+    const auto newContent = randomBytes(arena, seed + 2);
+    std::memcpy(again, newContent.data(), arena);
+    last = connection->postSend(again + 4096, 1 << 20);
+    pollUntil({connection.get()}, [&] { return connection->sendsCompleted() == last; });
+    freeShared(again);
+  });
+  auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()));
+  auto connection = transport->connect(processPeer(1, child.pid), 0);
+  const auto content = randomBytes(arena, seed);
+  const auto privateCopy = randomBytes(100000, seed + 1);
+  const auto newContent = randomBytes(arena, seed + 2);
+  struct Expected {
+    const unsigned char* source;
+    size_t bytes;
+  };
+  std::vector<Expected> expected;
+  for (const Piece& p : pieces) expected.push_back({content.data() + p.offset, p.bytes});
+  expected.push_back({privateCopy.data(), privateCopy.size()});
+  expected.push_back({newContent.data() + 4096, size_t{1} << 20});
+
+  const auto sum = kernels::hostReduceFunction(DataType::Float32, ReduceOp::Sum);
+  std::vector<std::vector<unsigned char>> outputs;
+  std::vector<std::vector<float>> operands;
+  Ticket last = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    outputs.emplace_back(expected[i].bytes, 0xEE);
+    RecvAction action;
+    action.dst = outputs.back().data();
+    if (reduce) {
+      operands.push_back(randomFloats(expected[i].bytes / sizeof(float), uint32_t(700 + i)));
+      action.operand = operands.back().data();
+      action.reduce = sum;
+      action.elementSize = sizeof(float);
+    }
+    last = connection->postRecv(action, expected[i].bytes);
+  }
+  pollUntil({connection.get()}, [&] { return connection->recvsCompleted() == last; });
+  for (size_t i = 0; i < expected.size(); ++i) {
+    INFO("message " << i << " of " << expected[i].bytes << " bytes");
+    if (!reduce) {
+      CHECK(std::memcmp(outputs[i].data(), expected[i].source, expected[i].bytes) == 0);
+      continue;
+    }
+    size_t wrong = 0;
+    for (size_t k = 0; k < expected[i].bytes / sizeof(float); ++k) {
+      float incoming, got;
+      std::memcpy(&incoming, expected[i].source + k * sizeof(float), sizeof(float));
+      std::memcpy(&got, outputs[i].data() + k * sizeof(float), sizeof(float));
+      const float want = incoming + operands[i][k];
+      if (std::memcmp(&got, &want, sizeof(float)) != 0) ++wrong;  // bitwise: NaN patterns included
+    }
+    CHECK(wrong == 0);
+  }
+  const ShmConnectionStats stats = shmConnectionStats(*connection);
+  if (stats.zeroCopyReceive) {
+    size_t zeroCopies = 1;  // the fresh allocation's message
+    for (const Piece& p : pieces) zeroCopies += p.zeroCopy ? 1 : 0;
+    CHECK(stats.zeroCopyMessagesReceived == zeroCopies);
+    CHECK(stats.fifoMessagesReceived == expected.size() - zeroCopies);
+  } else {
+    WARN("this process may not open the peer's /proc/<pid>/fd; everything went through the FIFO");
+    CHECK(stats.fifoMessagesReceived == expected.size());
+  }
+  CHECK(finishChild(child) == "");
+  connection.reset();
+  CHECK(leftoverSegments(hash).empty());
+}
+
+TEST_CASE("shm zero copy stays off when TOPOCCL_SHM_ZERO_COPY=0") {
+  SmallFifo settings(true);
+  config::setOverride("TOPOCCL_SHM_ZERO_COPY", "0");
+  const uint64_t hash = freshCommHash();
+  const size_t bytes = 3 * 1024 * 1024 + 5;
+  const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
+    auto transport = makeShmTransport({hash, 0, 1, 2}, self);
+    auto connection = transport->connect(peer, 0);
+    auto* shared = static_cast<unsigned char*>(allocateShared(bytes));
+    const auto content = randomBytes(bytes, 31);
+    std::memcpy(shared, content.data(), bytes);
+    const Ticket t = connection->postSend(shared, bytes);
+    pollUntil({connection.get()}, [&] { return connection->sendsCompleted() == t; });
+    freeShared(shared);
+  });
+  auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()));
+  auto connection = transport->connect(processPeer(1, child.pid), 0);
+  std::vector<unsigned char> sink(bytes);
+  RecvAction action;
+  action.dst = sink.data();
+  const Ticket t = connection->postRecv(action, bytes);
+  pollUntil({connection.get()}, [&] { return connection->recvsCompleted() == t; });
+  CHECK(sink == randomBytes(bytes, 31));
+  const ShmConnectionStats stats = shmConnectionStats(*connection);
+  CHECK_FALSE(stats.zeroCopyReceive);
+  CHECK_FALSE(stats.zeroCopySend);
+  CHECK(stats.zeroCopyMessagesReceived == 0);
+  CHECK(finishChild(child) == "");
 }

@@ -22,6 +22,7 @@
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "common/params.hpp"
+#include "transport/shm/shared_allocation.hpp"
 
 namespace topoccl::transport {
 namespace {
@@ -29,12 +30,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kSegmentMagic = 0x746f706f73686d31ull;  // "toposhm1"
-constexpr uint32_t kLayoutVersion = 2;
+constexpr uint32_t kLayoutVersion = 3;
 constexpr size_t kAlign = 64;                               // cache line; slot payloads are multiples of it
 constexpr auto kLivenessInterval = std::chrono::milliseconds(100);
 constexpr uint64_t kPollsPerClockRead = 64;
 constexpr size_t kCmaStagingBytes = 256 << 10;              // piece size when reducing CMA data
 constexpr size_t kCmaBytesPerProgress = 8 << 20;            // bounds the work of one progress() call
+constexpr size_t kZeroCopyPiece = 1 << 20;                  // zero-copy receives copy this much at a time
 
 // The receiver reads this through process_vm_readv during the handshake: one cheap read proves
 // that the kernel lets this pair use CMA (Yama, seccomp and containers often forbid it).
@@ -42,11 +44,27 @@ constexpr uint64_t kCmaProbeValue = 0x636d612d70726f62ull;
 const uint64_t cmaProbe = kCmaProbeValue;
 std::atomic<bool> cmaUnsupportedByKernel{false};  // ENOSYS is process-wide; EPERM is per peer
 
+// One page of shared memory per process, holding kShareProbeValue: a receiver that can open and map
+// it through /proc/<pid>/fd can map the sender's ncclMemAlloc buffers too.
+constexpr uint64_t kShareProbeValue = 0x7a65726f636f7079ull;  // "zerocopy"
+std::optional<SharedRange> shareProbe() {
+  static const std::optional<SharedRange> probe = []() -> std::optional<SharedRange> {
+    try {
+      void* page = allocateShared(4096);
+      *static_cast<uint64_t*>(page) = kShareProbeValue;
+      return findShared(page, sizeof(uint64_t));
+    } catch (const Error&) {
+      return std::nullopt;  // no memfd here: zero copy stays off
+    }
+  }();
+  return probe;
+}
+
 static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
               "shm FIFO counters must be lock-free to live in shared memory");
 
 enum SegmentState : uint32_t { kCreating = 0, kReady = 1, kAttached = 2, kEstablished = 3 };
-enum SlotKind : uint32_t { kInlineFragment = 1, kCmaDescriptor = 2, kTinyMessage = 3 };
+enum SlotKind : uint32_t { kInlineFragment = 1, kCmaDescriptor = 2, kTinyMessage = 3, kSharedBuffer = 4 };
 constexpr size_t kTinyBytes = 32;
 constexpr size_t kMaxSlotBytes = size_t{1} << 30;  // fragment sizes fit the descriptor's 32 bits  // messages this small travel inside their descriptor's cache line
 
@@ -62,6 +80,13 @@ struct alignas(kAlign) SlotDescriptor {
   union {
     uint64_t cmaAddress;  // the sender's buffer, for process_vm_readv
     unsigned char tiny[kTinyBytes];
+    struct {  // the sender's buffer lies in one of its shared allocations (ncclMemAlloc)
+      int32_t fd;
+      uint32_t reserved;
+      uint64_t inode;
+      uint64_t allocationBytes;
+      uint64_t offset;
+    } shared;
   };
 };
 static_assert(sizeof(SlotDescriptor) == kAlign, "a slot descriptor is one cache line");
@@ -81,7 +106,10 @@ struct SegmentHeader {
   int32_t channel;
   std::atomic<uint32_t> state;
   uint64_t senderProbeAddress;  // written by the sender before kAttached
+  int64_t senderShareProbeFd;   // likewise: a shared allocation of the sender's to prove we can map it; -1 = none
+  uint64_t senderShareProbeInode;
   uint64_t cmaThreshold;        // written by the receiver before kEstablished; 0 = no CMA
+  uint64_t zeroCopyThreshold;   // likewise; 0 = the receiver cannot map the sender's shared allocations
   // One writer each, on separate cache lines so the two sides do not false-share.
   // Slots released by the receiver (publication is each descriptor's `sequence`); on its own line.
   alignas(kAlign) std::atomic<uint64_t> tail;
@@ -249,6 +277,7 @@ class ShmConnection final : public Connection {
     const int64_t timeoutMs = params::kTimeoutMs.get();
     if (timeoutMs > 0) connectDeadline_ = Clock::now() + std::chrono::milliseconds(timeoutMs);
     cmaThreshold_ = !params::kShmCma.get() ? 0 : static_cast<uint64_t>(std::max<int64_t>(1, params::kShmCmaThreshold.get()));
+    zeroCopyThreshold_ = !params::kShmZeroCopy.get() ? 0 : static_cast<uint64_t>(std::max<int64_t>(1, params::kShmZeroCopyThreshold.get()));
     createIncomingSegment();
   }
 
@@ -311,6 +340,9 @@ class ShmConnection final : public Connection {
     s.cmaSend = outEstablished_ && outCmaThreshold_ != 0;
     s.fifoMessagesReceived = fifoMessagesReceived_;
     s.cmaMessagesReceived = cmaMessagesReceived_;
+    s.zeroCopyReceive = inEstablished_ && in_.header->zeroCopyThreshold != 0;
+    s.zeroCopySend = outEstablished_ && outZeroCopyThreshold_ != 0;
+    s.zeroCopyMessagesReceived = zeroCopyMessagesReceived_;
     return s;
   }
 
@@ -379,9 +411,11 @@ class ShmConnection final : public Connection {
     if (!outAttached_) tryAttachOutgoing();
     if (outAttached_ && !outEstablished_ && out_.header->state.load(std::memory_order_acquire) == kEstablished) {
       outCmaThreshold_ = out_.header->cmaThreshold;
+      outZeroCopyThreshold_ = out_.header->zeroCopyThreshold;
       outEstablished_ = true;
-      TOPOCCL_INFO(log::kShm, "shm: rank %d -> rank %d channel %d connected, %zu slots of %zu bytes, CMA %s", selfRank_,
-                   peerRank_, channel_, out_.slotCount, out_.slotBytes, outCmaThreshold_ ? "on" : "off");
+      TOPOCCL_INFO(log::kShm, "shm: rank %d -> rank %d channel %d connected, %zu slots of %zu bytes, CMA %s, zero copy %s", selfRank_,
+                   peerRank_, channel_, out_.slotCount, out_.slotBytes, outCmaThreshold_ ? "on" : "off",
+                   outZeroCopyThreshold_ ? "on" : "off");
     }
   }
 
@@ -391,6 +425,9 @@ class ShmConnection final : public Connection {
     uint64_t threshold = cmaThreshold_;
     if (threshold != 0 && !probeCma(header->senderProbeAddress)) threshold = 0;
     header->cmaThreshold = threshold;
+    uint64_t zeroCopy = zeroCopyThreshold_;
+    if (zeroCopy != 0 && !probeSharing(header->senderShareProbeFd, header->senderShareProbeInode)) zeroCopy = 0;
+    header->zeroCopyThreshold = zeroCopy;
     header->state.store(kEstablished, std::memory_order_release);
     inEstablished_ = true;
     inName_.unlink();  // both sides have it mapped: nothing needs the name any more
@@ -409,6 +446,76 @@ class ShmConnection final : public Connection {
     TOPOCCL_INFO(log::kShm, "shm: process_vm_readv from rank %d (pid %" PRId64 ") unavailable (%s); large messages use the FIFO",
                  peerRank_, peerPid_, error ? std::strerror(error) : "probe mismatch");
     return false;
+  }
+
+  // Whether we can map the sender's shared allocations: open its probe page through /proc and read it.
+  bool probeSharing(int64_t fd, uint64_t inode) {
+    if (fd < 0) return false;
+    try {
+      const PeerAllocation& probe = peerAllocation(static_cast<int>(fd), inode, sizeof(uint64_t));
+      uint64_t value = 0;
+      std::memcpy(&value, probe.mapping.bytes(), sizeof(value));
+      if (value == kShareProbeValue) return true;
+      TOPOCCL_INFO(log::kShm, "shm: the shared probe page of rank %d holds an unexpected value; zero copy off", peerRank_);
+    } catch (const Error& e) {
+      TOPOCCL_INFO(log::kShm, "shm: cannot map shared allocations of rank %d (%s); its large messages use the FIFO",
+                   peerRank_, e.what());
+    }
+    peerAllocations_.clear();
+    return false;
+  }
+
+  // A read-only view of one of the sender's shared allocations, opened through /proc/<pid>/fd and
+  // kept (a few, most recent first) since collectives send from the same buffers again and again.
+  struct PeerAllocation {
+    int fd = -1;
+    uint64_t inode = 0;
+    SharedMapping mapping;
+  };
+  static constexpr size_t kPeerAllocationsKept = 32;
+
+  const PeerAllocation& peerAllocation(int fd, uint64_t inode, uint64_t bytes) {
+    for (size_t i = 0; i < peerAllocations_.size(); ++i) {
+      if (peerAllocations_[i].fd != fd || peerAllocations_[i].inode != inode) continue;
+      if (peerAllocations_[i].mapping.size() < bytes) break;  // cannot be: same inode, same size
+      if (i != 0) std::rotate(peerAllocations_.begin(), peerAllocations_.begin() + static_cast<long>(i), peerAllocations_.begin() + static_cast<long>(i) + 1);
+      return peerAllocations_.front();
+    }
+    char path[64];
+    std::snprintf(path, sizeof(path), "/proc/%" PRId64 "/fd/%d", peerPid_, fd);
+    UniqueFd opened(::open(path, O_RDONLY | O_CLOEXEC));
+    if (opened.get() < 0) {
+      if (errno == ENOENT && !processAlive(peerPid_)) throwRemoteError(peerName() + " exited during receive" + onChannel());
+      throwSystemError(std::string("shm transport: opening ") + path + ", a shared buffer of " + peerName() + onChannel());
+    }
+    struct stat st {};
+    if (::fstat(opened.get(), &st) != 0) throwSystemError(std::string("shm transport: fstat of ") + path);
+    if (static_cast<uint64_t>(st.st_ino) != inode || static_cast<uint64_t>(st.st_size) < bytes) {
+      throwRemoteError(peerName() + " released a shared send buffer before the send completed" + onChannel() + " (" +
+                       path + " is another file now)");
+    }
+    void* address = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, opened.get(), 0);
+    if (address == MAP_FAILED) throwSystemError(std::string("shm transport: mapping ") + path + " of " + peerName());
+    if (peerAllocations_.size() == kPeerAllocationsKept) peerAllocations_.pop_back();
+    peerAllocations_.insert(peerAllocations_.begin(), PeerAllocation{fd, inode, SharedMapping(address, static_cast<size_t>(st.st_size))});
+    return peerAllocations_.front();
+  }
+
+  // One copy (or reduce) straight out of the sender's buffer. Resumable, like pullWithCma.
+  bool pullShared(PendingRecv& recv, const SlotDescriptor& slot, size_t& budget) {
+    if (slot.shared.offset > slot.shared.allocationBytes || recv.bytes > slot.shared.allocationBytes - slot.shared.offset) {
+      throwRemoteError(peerName() + " sent a malformed shared-buffer descriptor" + onChannel());
+    }
+    const PeerAllocation& source = peerAllocation(slot.shared.fd, slot.shared.inode, slot.shared.offset + recv.bytes);
+    const unsigned char* base = source.mapping.bytes() + slot.shared.offset;
+    while (recv.offset < recv.bytes) {
+      if (budget == 0) return false;
+      const size_t piece = std::min({recv.bytes - recv.offset, budget, kZeroCopyPiece});
+      applyAt(recv, base + recv.offset, recv.offset, piece);
+      recv.offset += piece;
+      budget -= piece;
+    }
+    return true;
   }
 
   // Sender side: the receiver creates the segment whenever it gets to connect(); keep trying.
@@ -434,6 +541,9 @@ class ShmConnection final : public Connection {
       throwRemoteError("shm transport: segment " + outName_ + " from " + peerName() + " has an unexpected layout");
     }
     header->senderProbeAddress = reinterpret_cast<uint64_t>(&cmaProbe);
+    const std::optional<SharedRange> probe = params::kShmZeroCopy.get() ? shareProbe() : std::nullopt;
+    header->senderShareProbeFd = probe ? probe->fd : -1;
+    header->senderShareProbeInode = probe ? probe->inode : 0;
     uint32_t expected = kReady;
     if (!header->state.compare_exchange_strong(expected, kAttached, std::memory_order_acq_rel)) {
       throwInvalidUsage("shm transport: rank " + std::to_string(selfRank_) + " connected twice to rank " +
@@ -472,6 +582,12 @@ class ShmConnection final : public Connection {
           ++fifoMessagesReceived_;
           completeRecv();
         }
+      } else if (slot.kind == kSharedBuffer && header->zeroCopyThreshold != 0) {
+        if (slot.offset != 0) throwRemoteError(peerName() + " sent a malformed shared-buffer descriptor" + onChannel());
+        if (!pullShared(recv, slot, budget)) return;
+        releaseIncomingSlot();  // the sender's buffer is free again
+        ++zeroCopyMessagesReceived_;
+        completeRecv();
       } else if (slot.kind == kCmaDescriptor && header->cmaThreshold != 0) {
         if (!pullWithCma(recv, slot.cmaAddress, budget)) return;
         releaseIncomingSlot();  // this is the sender's acknowledgement: its buffer is free again
@@ -568,7 +684,20 @@ class ShmConnection final : public Connection {
       PendingSend& send = sends_[nextToPublish_];
       SlotDescriptor& slot = out_.slotDescriptor(outHead_);
       slot.messageBytes = send.bytes;
-      if (outCmaThreshold_ != 0 && send.bytes >= outCmaThreshold_) {
+      std::optional<SharedRange> shared;
+      if (outZeroCopyThreshold_ != 0 && send.offset == 0 && send.bytes >= outZeroCopyThreshold_) shared = findShared(send.data, send.bytes);
+      if (shared) {
+        slot.offset = 0;
+        slot.fragmentBytes = 0;
+        slot.kind = kSharedBuffer;
+        slot.shared.fd = shared->fd;
+        slot.shared.reserved = 0;
+        slot.shared.inode = shared->inode;
+        slot.shared.allocationBytes = shared->allocationBytes;
+        slot.shared.offset = shared->offset;
+        send.releasedAtTail = outHead_ + 1;
+        send.offset = send.bytes;
+      } else if (outCmaThreshold_ != 0 && send.bytes >= outCmaThreshold_) {
         slot.offset = 0;
         slot.fragmentBytes = 0;
         slot.kind = kCmaDescriptor;
@@ -677,6 +806,9 @@ class ShmConnection final : public Connection {
   std::vector<unsigned char> staging_;
   uint64_t fifoMessagesReceived_ = 0;
   uint64_t cmaMessagesReceived_ = 0;
+  uint64_t zeroCopyMessagesReceived_ = 0;
+  uint64_t zeroCopyThreshold_ = 0;  // what we offer for our incoming direction
+  std::vector<PeerAllocation> peerAllocations_;
 
   // Outgoing direction: the peer created the segment; we are its sender.
   std::string outName_;
@@ -684,6 +816,7 @@ class ShmConnection final : public Connection {
   bool outAttached_ = false;
   bool outEstablished_ = false;
   uint64_t outCmaThreshold_ = 0;
+  uint64_t outZeroCopyThreshold_ = 0;
   uint64_t outHead_ = 0;
   uint64_t outTailSeen_ = 0;  // the receiver's tail when we last looked
   std::deque<PendingSend> sends_;

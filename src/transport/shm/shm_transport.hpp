@@ -1,6 +1,8 @@
 // The shm transport: ranks that are processes of one host. Each direction of a connection is a
-// FIFO of slots in a POSIX shared-memory segment that the receiver creates; large messages move
-// with one copy through cross-memory attach (process_vm_readv) when the kernel permits it.
+// FIFO of slots in a POSIX shared-memory segment that the receiver creates. Large messages from
+// buffers of ncclMemAlloc (shared allocations) move with one copy: the receiver maps the sender's
+// allocation and copies out of it. Optionally (TOPOCCL_SHM_CMA) cross-memory attach does the same
+// for any buffer.
 #pragma once
 
 #include <cstddef>
@@ -34,6 +36,9 @@ struct ShmConnectionStats {
   bool cmaSend = false;          // the peer reads our large messages with process_vm_readv
   uint64_t fifoMessagesReceived = 0;
   uint64_t cmaMessagesReceived = 0;
+  bool zeroCopyReceive = false;  // we map the peer's shared allocations (ncclMemAlloc) and copy out of them
+  bool zeroCopySend = false;     // the peer maps ours
+  uint64_t zeroCopyMessagesReceived = 0;
 };
 ShmConnectionStats shmConnectionStats(const Connection& connection);
 
