@@ -28,7 +28,7 @@
 #   CEILINGS [1]           0 skips the memory/TCP probes
 #   SMALL_MAX [64K] LARGE_MIN [16M] size bands; each band is one launch with its own -n/-w (and
 #                          MAXBYTES gets a launch of its own, band "top", when the grid misses it):
-#   ITERS_SMALL [100] WARMUP_SMALL [20] ITERS_MID [20] WARMUP_MID [5] ITERS_LARGE [5] WARMUP_LARGE [2]
+#   ITERS_SMALL [100] WARMUP_SMALL [20] ITERS_MID [50] WARMUP_MID [5] ITERS_LARGE [5] WARMUP_LARGE [2]
 #   LAT_MAX [64K]          report latency ratios up to this size
 #   GLOO_BUDGET [30]       seconds: Gloo skips sizes projected to take longer (its 4-rank
 #                          alltoall has been measured at ~12 MB/s on this machine kind)
@@ -66,7 +66,7 @@ CEILINGS=${CEILINGS:-1}
 SMALL_MAX=${SMALL_MAX:-64K}
 LARGE_MIN=${LARGE_MIN:-16M}
 ITERS_SMALL=${ITERS_SMALL:-100}; WARMUP_SMALL=${WARMUP_SMALL:-20}
-ITERS_MID=${ITERS_MID:-20};      WARMUP_MID=${WARMUP_MID:-5}
+ITERS_MID=${ITERS_MID:-50};      WARMUP_MID=${WARMUP_MID:-5}
 ITERS_LARGE=${ITERS_LARGE:-5};   WARMUP_LARGE=${WARMUP_LARGE:-2}
 LAT_MAX=${LAT_MAX:-64K}
 GLOO_BUDGET=${GLOO_BUDGET:-30}
