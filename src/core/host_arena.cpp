@@ -1,5 +1,6 @@
 #include "core/host_arena.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -22,8 +23,11 @@ void HostArena::release() {
 char* HostArena::reserve(size_t bytes) {
   if (bytes <= size_) return data_;
   release();
-  // Grow by half again, so a slowly rising size does not reallocate on every call.
-  const size_t want = bytes + bytes / 2;
+  // A fresh (shared) allocation costs syscalls and first touches of every page: start at 1 MiB and
+  // double, so that a rising size reallocates a handful of times, not on every call.
+  constexpr size_t kFirst = size_t{1} << 20;
+  size_t want = std::max(kFirst, size_ * 2);
+  while (want < bytes) want *= 2;
   shared_ = params::kShmZeroCopy.get();
   if (shared_) {
     data_ = static_cast<char*>(transport::allocateShared(want));
