@@ -78,6 +78,7 @@ bool Execution::writeHazard(const char* begin, const char* end) {
 void Execution::postSend(transport::Connection* conn, const char* data, size_t bytes) {
   const transport::Ticket ticket = conn->postSend(data, bytes);
   inFlight_.push_back({conn, ticket, data, data + bytes});
+  sendsToFlush_ = true;
 }
 
 void Execution::startStep(size_t laneIndex) {
@@ -181,8 +182,16 @@ bool Execution::progress() {
   try {
     for (auto* conn : connections_) conn->progress();
     bool allLanesDone = true;
-    for (lane = 0; lane < lanes_.size(); ++lane)
+    for (lane = 0; lane < lanes_.size(); ++lane) {
       if (!advanceLane(lane)) allLanesDone = false;
+      // Hand new sends to the transports before a later lane's local copy or reduce keeps this
+      // thread busy: a zero-copy peer can read them meanwhile.
+      if (sendsToFlush_ && lane + 1 < lanes_.size()) {
+        sendsToFlush_ = false;
+        for (auto* conn : connections_) conn->progress();
+      }
+    }
+    sendsToFlush_ = false;
     lane = lanes_.size();
     if (!allLanesDone) return false;
     for (auto* conn : connections_) conn->progress();

@@ -95,6 +95,7 @@ class Execution {
   size_t elementSize_;
   size_t sliceBytes_;
   bool moved_ = false;
+  bool sendsToFlush_ = false;  // posted since the transports last progressed
   bool finished_ = false;
 };
 
