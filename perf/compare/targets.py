@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Checks a perf/compare run against issue 5's targets and prints a markdown verdict.
+
+    perf/compare/targets.py perf/compare/results/<run> [--scaling perf/compare/results/scaling-<run>]
+
+Reads the run's raw/*.csv (medians over repeats, out-of-place, as table.md) and ceilings.csv. The 64 MiB
+all-reduce target uses the scaling run's 2-rank 64 MiB median when given (the default size grid, x4 from
+8 B, has 32 and 128 MiB but no 64 MiB), else the run's 32 and 128 MiB.
+"""
+import argparse
+import csv
+import glob
+import os
+import statistics
+import sys
+
+COLLS = ["all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast"]
+BUS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+       "reduce_scatter": lambda n: (n - 1) / n, "alltoall": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
+
+
+def load(run):
+    times = {}  # (system, np, coll, bytes) -> [oop time us]
+    for path in glob.glob(os.path.join(run, "raw", "*.csv")):
+        system = os.path.basename(path).split("__")[0]
+        with open(path) as f:
+            for r in csv.DictReader(line for line in f if not line.startswith("#")):
+                if r.get("oop_time_us"):
+                    key = (system, int(r["nranks"]), r["collective"], int(r["bytes"]))
+                    times.setdefault(key, []).append(float(r["oop_time_us"]))
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def busbw(coll, n, nbytes, us):
+    return nbytes / (us * 1e3) * BUS[coll](n)
+
+
+def size(b):
+    return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB" if b >= 1024 else f"{b} B"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("run")
+    ap.add_argument("--scaling")
+    a = ap.parse_args()
+    t = load(a.run)
+    out = []
+    out.append(f"Targets of issue 5 against `{a.run}` (medians over repeats, out of place).\n")
+    out.append("| target | ranks | collective | worst ratio (size) | sizes missing the target | met |")
+    out.append("|---|---:|---|---:|---|:-:|")
+    nps = sorted({k[1] for k in t if k[0] == "topoccl"})
+    allmet = True
+    for goal, other, factor in (("shm busbw >= 1.5x OpenMPI, >= 1 MiB", "mpi", 1.5), ("shm busbw >= 2x Gloo, >= 1 MiB", "gloo", 2.0)):
+        for n in nps:
+            for c in COLLS:
+                rows = []
+                for (s, np_, cc, b), us in t.items():
+                    if s == "topoccl" and np_ == n and cc == c and b >= 1 << 20 and (other, n, c, b) in t:
+                        rows.append((t[(other, n, c, b)] / us, b))  # busbw ratio = time ratio
+                if not rows:
+                    continue
+                rows.sort()
+                misses = [f"{size(b)} ({r:.2f})" for r, b in sorted(rows, key=lambda x: x[1]) if r < factor]
+                met = not misses
+                allmet &= met
+                out.append(f"| {goal} | {n} | {c} | {rows[0][0]:.2f} ({size(rows[0][1])}) | {', '.join(misses) or '-'} | {'yes' if met else 'no'} |")
+    for n, bound in ((2, 2.0), (4, 1.0)):
+        for c in COLLS:
+            rows = []
+            for (s, np_, cc, b), us in t.items():
+                if s == "topoccl" and np_ == n and cc == c and b <= 4096 and (("mpi", n, c, b) in t):
+                    rows.append((us / t[("mpi", n, c, b)], b))
+            if not rows:
+                continue
+            rows.sort(reverse=True)
+            misses = [f"{size(b)} ({r:.2f})" for r, b in sorted(rows, key=lambda x: x[1]) if r > bound]
+            met = not misses
+            allmet &= met
+            out.append(f"| latency <= {bound:g}x OpenMPI, 8 B-4 KiB | {n} | {c} | {rows[0][0]:.2f} ({size(rows[0][1])}) | {', '.join(misses) or '-'} | {'yes' if met else 'no'} |")
+    for n in sorted({k[1] for k in t if k[0] == "topoccl-tcp"}):
+        rows = []
+        for (s, np_, cc, b), us in t.items():
+            if s == "topoccl-tcp" and np_ == n and b >= 1 << 20 and ("mpi-tcp", n, cc, b) in t:
+                rows.append((t[("mpi-tcp", n, cc, b)] / us, b))
+        if rows:
+            rows.sort()
+            misses = [f"{size(b)} ({r:.2f})" for r, b in sorted(rows, key=lambda x: x[1]) if r < 1.2]
+            met = not misses
+            allmet &= met
+            out.append(f"| TCP all-reduce >= 1.2x OpenMPI TCP, >= 1 MiB | {n} | all_reduce | {rows[0][0]:.2f} ({size(rows[0][1])}) | {', '.join(misses) or '-'} | {'yes' if met else 'no'} |")
+
+    # 64 MiB all-reduce, 2 ranks, against the memory ceiling.
+    acc = None
+    with open(os.path.join(a.run, "ceilings.csv")) as f:
+        for r in csv.DictReader(f):
+            if r["ceiling"] == "membw" and r["variant"] == "acc":
+                acc = max(acc or 0.0, float(r["median"]))
+    out.append("")
+    if acc:
+        ceiling = acc / 5
+        out.append(f"Memory ceiling for a 2-rank all-reduce: every element of the S-byte result costs both ranks together "
+                   f"5 S of memory traffic (reduce: read 2 x S/2, write S/2 per rank; gather: read S/2, write S/2 per rank), "
+                   f"so busbw <= B / 5 with B the machine's best `acc` bandwidth ({acc:.1f} GB/s, reads and writes counted, "
+                   f"both cores): {ceiling:.2f} GB/s; the target is half of it, {ceiling / 2:.2f} GB/s.\n")
+        points = []
+        if a.scaling:
+            for path in glob.glob(os.path.join(a.scaling, "raw", "topoccl__np2__64M__*.csv")):
+                with open(path) as f:
+                    for r in csv.DictReader(line for line in f if not line.startswith("#")):
+                        points.append(float(r["oop_time_us"]))
+        if points:
+            us = statistics.median(points)
+            bw = busbw("all_reduce", 2, 64 << 20, us)
+            out.append(f"64 MiB all-reduce on 2 ranks (`{a.scaling}`, median of {len(points)}): {bw:.2f} GB/s busbw, "
+                       f"{100 * bw / ceiling:.0f}% of the ceiling: {'met' if bw >= ceiling / 2 else 'not met'}.")
+            allmet &= bw >= ceiling / 2
+        for b in (32 << 20, 128 << 20):
+            if ("topoccl", 2, "all_reduce", b) in t:
+                bw = busbw("all_reduce", 2, b, t[("topoccl", 2, "all_reduce", b)])
+                out.append(f"- {size(b)} all-reduce on 2 ranks in this run: {bw:.2f} GB/s, {100 * bw / ceiling:.0f}% of the ceiling.")
+    out.append("")
+    out.append("All targets met." if allmet else "Not every target is met (rows marked no).")
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
