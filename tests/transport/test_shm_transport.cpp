@@ -77,6 +77,16 @@ void pollUntil(const std::vector<Connection*>& connections, const std::function<
   }
 }
 
+// Receives one plain message of `bytes` and returns it.
+std::vector<unsigned char> receiveOne(Connection& connection, size_t bytes) {
+  std::vector<unsigned char> sink(bytes);
+  RecvAction action;
+  action.dst = sink.data();
+  const Ticket t = connection.postRecv(action, bytes);
+  pollUntil({&connection}, [&] { return connection.recvsCompleted() == t; });
+  return sink;
+}
+
 void childCheck(bool condition, const std::string& what) {
   if (!condition) throw std::runtime_error(what);
 }
@@ -530,12 +540,7 @@ TEST_CASE("shm falls back to the FIFO when the kernel refuses CMA for a peer") {
   });
   auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()));
   auto connection = transport->connect(processPeer(1, child.pid), 0);
-  std::vector<unsigned char> sink(bytes);
-  RecvAction action;
-  action.dst = sink.data();
-  const Ticket t = connection->postRecv(action, bytes);
-  pollUntil({connection.get()}, [&] { return connection->recvsCompleted() == t; });
-  CHECK(sink == randomBytes(bytes, 99));
+  CHECK(receiveOne(*connection, bytes) == randomBytes(bytes, 99));
   const ShmConnectionStats stats = shmConnectionStats(*connection);
   CHECK(stats.cmaMessagesReceived + stats.fifoMessagesReceived == 1);
   CHECK(stats.cmaMessagesReceived == (stats.cmaReceive ? 1u : 0u));
@@ -671,12 +676,7 @@ TEST_CASE("shm zero copy stays off when TOPOCCL_SHM_ZERO_COPY=0") {
   });
   auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()));
   auto connection = transport->connect(processPeer(1, child.pid), 0);
-  std::vector<unsigned char> sink(bytes);
-  RecvAction action;
-  action.dst = sink.data();
-  const Ticket t = connection->postRecv(action, bytes);
-  pollUntil({connection.get()}, [&] { return connection->recvsCompleted() == t; });
-  CHECK(sink == randomBytes(bytes, 31));
+  CHECK(receiveOne(*connection, bytes) == randomBytes(bytes, 31));
   const ShmConnectionStats stats = shmConnectionStats(*connection);
   CHECK_FALSE(stats.zeroCopyReceive);
   CHECK_FALSE(stats.zeroCopySend);
