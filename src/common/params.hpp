@@ -41,9 +41,11 @@ inline const Param<int64_t> kShmCmaThreshold{"TOPOCCL_SHM_CMA_THRESHOLD", 65536,
                                              "Messages at least this large move by CMA instead of the shm FIFO"};
 inline const Param<int64_t> kNSocks{"NCCL_NSOCKS_PERTHREAD", 0,
                                     "TCP streams per connection; 0 = 1 to a peer on the same host, 2 to another host"};
-inline const Param<int64_t> kBuffSize{"NCCL_BUFFSIZE", 4 << 20, "Per-connection FIFO bytes (shm)"};
-inline const Param<int64_t> kShmSlots{"TOPOCCL_SHM_SLOTS", 8,
-                                      "Slots the shm FIFO of NCCL_BUFFSIZE bytes is cut into (messages in flight)"};
+inline const Param<int64_t> kBuffSize{"NCCL_BUFFSIZE", 4 << 20, "Per-connection FIFO payload ring bytes (shm)"};
+inline const Param<int64_t> kShmSlots{"TOPOCCL_SHM_SLOTS", 256,
+                                      "Messages (or fragments) in flight per shm connection: one-cache-line descriptors"};
+inline const Param<int64_t> kShmFragments{"TOPOCCL_SHM_FRAGMENTS", 8,
+                                          "The largest piece of a message in the shm ring is NCCL_BUFFSIZE / this"};
 
 // Algorithms and the executor.
 inline const Param<std::string> kAlgo{"NCCL_ALGO", "", "Algorithm override, e.g. 'ring' or 'allreduce:rd;allgather:ring'"};
@@ -52,7 +54,7 @@ inline const Param<int64_t> kSliceBytes{"TOPOCCL_SLICE_BYTES", 512 << 10,
 inline const Param<int64_t> kNChannels{"TOPOCCL_NCHANNELS", 1, "Lanes per rank used by built-in ring plans"};
 inline const Param<int64_t> kSpinPolls{"TOPOCCL_SPIN_POLLS", 0,
                                        "Idle polls before the progress loop yields its core; 0 = 4096 when every rank of "
-                                       "the host has a core of its own, else 64"};
+                                       "the host has a core of its own, else 1 (ranks that share cores yield at once)"};
 inline const Param<bool> kCommBlocking{"NCCL_COMM_BLOCKING", true, "Overrides ncclConfig_t.blocking"};
 
 // Topology.

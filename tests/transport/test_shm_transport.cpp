@@ -158,13 +158,14 @@ std::vector<std::string> leftoverSegments(uint64_t hash) {
   return found;
 }
 
-// Settings that shape the tests: a small FIFO (4 slots of 4 KiB) so that messages larger than
-// the FIFO stay below the CMA threshold, and a quick handshake timeout is not used by default.
+// Settings that shape the tests: a small FIFO (4 descriptors, a 16 KiB ring in fragments of up to 4 KiB)
+// so that messages larger than the FIFO stay below the CMA threshold.
 struct SmallFifo {
-  explicit SmallFifo(bool cmaDisabled) {
+  explicit SmallFifo(bool cmaDisabled, int descriptors = 4) {
     config::clearOverrides();
     config::setOverride("NCCL_BUFFSIZE", "16384");
-    config::setOverride("TOPOCCL_SHM_SLOTS", "4");
+    config::setOverride("TOPOCCL_SHM_SLOTS", std::to_string(descriptors));
+    config::setOverride("TOPOCCL_SHM_FRAGMENTS", "4");
     config::setOverride("TOPOCCL_SHM_CMA", cmaDisabled ? "0" : "1");
   }
   ~SmallFifo() { config::clearOverrides(); }
@@ -211,15 +212,23 @@ TEST_CASE("shm transport reaches other processes of the same host only") {
   CHECK_FALSE(transport->canConnect(self, other));
 }
 
-TEST_CASE("shm FIFO layout follows NCCL_BUFFSIZE and TOPOCCL_SHM_SLOTS") {
+TEST_CASE("shm FIFO layout follows TOPOCCL_SHM_SLOTS, NCCL_BUFFSIZE and TOPOCCL_SHM_FRAGMENTS") {
   SmallFifo settings(false);
   const ShmFifoLayout layout = shmFifoLayout();
-  CHECK(layout.slotBytes == kSlot);
-  CHECK(layout.slotCount == 4);
+  CHECK(layout.descriptorCount == 4);
+  CHECK(layout.payloadBytes == kFifo);
+  CHECK(layout.fragmentBytes == kSlot);
   config::setOverride("NCCL_BUFFSIZE", "1000");
-  CHECK(shmFifoLayout().slotBytes == 192);  // rounded down to whole cache lines
+  CHECK(shmFifoLayout().payloadBytes == 960);  // rounded down to whole cache lines
+  CHECK(shmFifoLayout().fragmentBytes == 192);
+  config::setOverride("NCCL_BUFFSIZE", "100");
+  CHECK_THROWS_WITH(shmFifoLayout(), Catch::Contains("NCCL_BUFFSIZE=100"));
+  config::setOverride("NCCL_BUFFSIZE", "16384");
+  config::setOverride("TOPOCCL_SHM_FRAGMENTS", "1");  // a fragment must leave room for the next one
+  CHECK_THROWS_WITH(shmFifoLayout(), Catch::Contains("TOPOCCL_SHM_FRAGMENTS=1"));
+  config::setOverride("TOPOCCL_SHM_FRAGMENTS", "4");
   config::setOverride("TOPOCCL_SHM_SLOTS", "0");
-  CHECK_THROWS_AS(shmFifoLayout(), Error);
+  CHECK_THROWS_WITH(shmFifoLayout(), Catch::Contains("TOPOCCL_SHM_SLOTS=0"));
 }
 
 TEST_CASE("shm moves random payloads of awkward sizes both ways at once") {
@@ -313,11 +322,16 @@ TEST_CASE("shm receive reduces floats straight out of the FIFO and through CMA")
 }
 
 TEST_CASE("shm keeps thousands of small messages in order on two channels") {
-  SmallFifo settings(false);
+  // 4 descriptors: the descriptors run out first. 512: the 16 KiB payload ring does, and wraps
+  // hundreds of times, with fragments that would cross its end starting over at its beginning.
+  const int descriptors = GENERATE(4, 512);
+  INFO(descriptors << " descriptors");
+  SmallFifo settings(false, descriptors);
   const uint64_t hash = freshCommHash();
   const int messages = 3000;
   auto payloadOf = [](int channel, int i) {
-    std::vector<unsigned char> bytes(size_t(1 + (i * 37) % 300), static_cast<unsigned char>(i * 7 + channel));
+    const size_t size = i % 7 == 0 ? size_t(1 + (i * 131) % 9000) : size_t(1 + (i * 37) % 300);  // some span fragments
+    std::vector<unsigned char> bytes(size, static_cast<unsigned char>(i * 7 + channel));
     std::memcpy(bytes.data(), &i, std::min(sizeof(int), bytes.size()));
     bytes.back() = static_cast<unsigned char>(channel);
     return bytes;

@@ -30,7 +30,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kSegmentMagic = 0x746f706f73686d31ull;  // "toposhm1"
-constexpr uint32_t kLayoutVersion = 3;
+constexpr uint32_t kLayoutVersion = 4;
 constexpr size_t kAlign = 64;                               // cache line; slot payloads are multiples of it
 constexpr auto kLivenessInterval = std::chrono::milliseconds(100);
 constexpr uint64_t kPollsPerClockRead = 64;
@@ -78,7 +78,8 @@ struct alignas(kAlign) SlotDescriptor {
   uint32_t fragmentBytes;  // payload bytes in this slot (inline fragment or tiny message)
   uint32_t kind;
   union {
-    uint64_t cmaAddress;  // the sender's buffer, for process_vm_readv
+    uint64_t cmaAddress;     // the sender's buffer, for process_vm_readv
+    uint64_t payloadOffset;  // an inline fragment's bytes in the payload ring
     unsigned char tiny[kTinyBytes];
     struct {  // the sender's buffer lies in one of its shared allocations (ncclMemAlloc)
       int32_t fd;
@@ -95,8 +96,9 @@ struct SegmentHeader {
   // Written by the receiver before kReady, read-only afterwards.
   uint64_t magic;
   uint32_t version;
-  uint32_t slotCount;
-  uint64_t slotBytes;
+  uint32_t descriptorCount;
+  uint64_t payloadBytes;   // the payload ring
+  uint64_t fragmentBytes;  // the largest inline fragment
   uint64_t totalBytes;
   uint64_t commHash;
   int64_t receiverPid;
@@ -127,11 +129,11 @@ struct SegmentGeometry {
   size_t totalBytes;
 };
 
-SegmentGeometry geometryFor(size_t slotCount, size_t slotBytes) {
+SegmentGeometry geometryFor(size_t descriptorCount, size_t payloadBytes) {
   SegmentGeometry g{};
   g.descriptorsOffset = alignUp(sizeof(SegmentHeader), kAlign);
-  g.payloadOffset = alignUp(g.descriptorsOffset + slotCount * sizeof(SlotDescriptor), kAlign);
-  g.totalBytes = g.payloadOffset + slotCount * slotBytes;
+  g.payloadOffset = alignUp(g.descriptorsOffset + descriptorCount * sizeof(SlotDescriptor), kAlign);
+  g.totalBytes = g.payloadOffset + payloadBytes;
   return g;
 }
 
@@ -188,6 +190,21 @@ SharedMapping mapShared(int fd, size_t bytes, const std::string& what) {
   return SharedMapping(address, bytes);
 }
 
+// Touches every page of [begin, begin + bytes): written (with zeros) when this side owns the bytes, read
+// otherwise. MAP_POPULATE fills this process's page tables, but under a shadow-paging hypervisor (PVM, as
+// on this project's CI machines) each page's first access from each process still traps to the host,
+// 30-50 us a page, which would otherwise land in the timed first lap of the FIFO.
+void touchPages(unsigned char* begin, size_t bytes, bool write) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  volatile unsigned char* bytesVolatile = begin;
+  unsigned char sink = 0;
+  for (size_t at = 0; at < bytes; at += page) {
+    if (write) bytesVolatile[at] = 0;
+    else sink = static_cast<unsigned char>(sink + bytesVolatile[at]);
+  }
+  static_cast<void>(sink);
+}
+
 // A name in /dev/shm that this object is responsible for removing.
 class SegmentName {
  public:
@@ -216,20 +233,21 @@ struct SegmentView {
   SegmentHeader* header = nullptr;
   SlotDescriptor* descriptors = nullptr;
   unsigned char* payload = nullptr;
-  size_t slotCount = 0;
-  size_t slotBytes = 0;
+  size_t descriptorCount = 0;
+  size_t payloadBytes = 0;
+  size_t fragmentBytes = 0;
 
-  void bind(SharedMapping mapped, size_t count, size_t bytesPerSlot) {
+  void bind(SharedMapping mapped, const ShmFifoLayout& layout) {
     mapping = std::move(mapped);
-    const SegmentGeometry g = geometryFor(count, bytesPerSlot);
+    const SegmentGeometry g = geometryFor(layout.descriptorCount, layout.payloadBytes);
     header = std::launder(reinterpret_cast<SegmentHeader*>(mapping.bytes()));
     descriptors = reinterpret_cast<SlotDescriptor*>(mapping.bytes() + g.descriptorsOffset);
     payload = mapping.bytes() + g.payloadOffset;
-    slotCount = count;
-    slotBytes = bytesPerSlot;
+    descriptorCount = layout.descriptorCount;
+    payloadBytes = layout.payloadBytes;
+    fragmentBytes = layout.fragmentBytes;
   }
-  unsigned char* slotPayload(uint64_t counter) const { return payload + (counter % slotCount) * slotBytes; }
-  SlotDescriptor& slotDescriptor(uint64_t counter) const { return descriptors[counter % slotCount]; }
+  SlotDescriptor& slotDescriptor(uint64_t counter) const { return descriptors[counter % descriptorCount]; }
 };
 
 // kill(pid, 0) alone is not enough: a SIGKILLed child that its parent has not reaped yet is a
@@ -353,7 +371,7 @@ class ShmConnection final : public Connection {
   // Receiver side: create, size and initialise our incoming segment. Never waits for the peer.
   void createIncomingSegment() {
     const ShmFifoLayout layout = shmFifoLayout();
-    const SegmentGeometry g = geometryFor(layout.slotCount, layout.slotBytes);
+    const SegmentGeometry g = geometryFor(layout.descriptorCount, layout.payloadBytes);
     const std::string name = shmSegmentName(commHash_, peerRank_, selfRank_, channel_);
     const std::string what = "segment " + name + " for receives from rank " + std::to_string(peerRank_) + onChannel();
     int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
@@ -370,13 +388,15 @@ class ShmConnection final : public Connection {
       errno = rc;
       throwSystemError("shm transport: reserving " + std::to_string(g.totalBytes) + " bytes for " + what + " (is /dev/shm full?)");
     }
-    in_.bind(mapShared(fd, g.totalBytes, what), layout.slotCount, layout.slotBytes);
+    in_.bind(mapShared(fd, g.totalBytes, what), layout);
+    touchPages(in_.mapping.bytes(), in_.mapping.size(), false);
     auto* header = new (in_.mapping.bytes()) SegmentHeader{};
     in_.header = header;
     header->magic = kSegmentMagic;
     header->version = kLayoutVersion;
-    header->slotCount = static_cast<uint32_t>(layout.slotCount);
-    header->slotBytes = layout.slotBytes;
+    header->descriptorCount = static_cast<uint32_t>(layout.descriptorCount);
+    header->payloadBytes = layout.payloadBytes;
+    header->fragmentBytes = layout.fragmentBytes;
     header->totalBytes = g.totalBytes;
     header->commHash = commHash_;
     header->receiverPid = selfPid_;
@@ -413,8 +433,8 @@ class ShmConnection final : public Connection {
       outCmaThreshold_ = out_.header->cmaThreshold;
       outZeroCopyThreshold_ = out_.header->zeroCopyThreshold;
       outEstablished_ = true;
-      TOPOCCL_INFO(log::kShm, "shm: rank %d -> rank %d channel %d connected, %zu slots of %zu bytes, CMA %s, zero copy %s", selfRank_,
-                   peerRank_, channel_, out_.slotCount, out_.slotBytes, outCmaThreshold_ ? "on" : "off",
+      TOPOCCL_INFO(log::kShm, "shm: rank %d -> rank %d channel %d connected, %zu slots, %zu-byte ring in fragments of up to %zu bytes, CMA %s, zero copy %s",
+                   selfRank_, peerRank_, channel_, out_.descriptorCount, out_.payloadBytes, out_.fragmentBytes, outCmaThreshold_ ? "on" : "off",
                    outZeroCopyThreshold_ ? "on" : "off");
     }
   }
@@ -535,9 +555,10 @@ class ShmConnection final : public Connection {
     // A leftover from an earlier run carries other pids; wait for the receiver to replace it.
     if (header->magic != kSegmentMagic || header->receiverPid != peerPid_ || header->senderPid != selfPid_) return;
     if (header->version != kLayoutVersion || header->commHash != commHash_ || header->senderRank != selfRank_ ||
-        header->receiverRank != peerRank_ || header->channel != channel_ || header->slotCount == 0 ||
-        header->slotBytes == 0 || header->slotBytes > kMaxSlotBytes || header->totalBytes != size ||
-        geometryFor(header->slotCount, header->slotBytes).totalBytes != size) {
+        header->receiverRank != peerRank_ || header->channel != channel_ || header->descriptorCount == 0 ||
+        header->fragmentBytes == 0 || header->fragmentBytes > kMaxSlotBytes || header->fragmentBytes % kAlign != 0 ||
+        header->payloadBytes % kAlign != 0 || 2 * header->fragmentBytes > header->payloadBytes || header->totalBytes != size ||
+        geometryFor(header->descriptorCount, header->payloadBytes).totalBytes != size) {
       throwRemoteError("shm transport: segment " + outName_ + " from " + peerName() + " has an unexpected layout");
     }
     header->senderProbeAddress = reinterpret_cast<uint64_t>(&cmaProbe);
@@ -549,7 +570,10 @@ class ShmConnection final : public Connection {
       throwInvalidUsage("shm transport: rank " + std::to_string(selfRank_) + " connected twice to rank " +
                         std::to_string(peerRank_) + onChannel());
     }
-    out_.bind(std::move(mapping), header->slotCount, header->slotBytes);
+    out_.bind(std::move(mapping), ShmFifoLayout{header->descriptorCount, header->payloadBytes, header->fragmentBytes});
+    touchPages(out_.mapping.bytes(), static_cast<size_t>(out_.payload - out_.mapping.bytes()), false);
+    touchPages(out_.payload, out_.payloadBytes, true);  // nothing is published yet: ours alone
+    payloadEndAt_.assign(2 * out_.descriptorCount, 0);
     outAttached_ = true;
     ::shm_unlink(outName_.c_str());  // the receiver does this too; whoever is first wins
   }
@@ -572,10 +596,11 @@ class ShmConnection final : public Connection {
         ++fifoMessagesReceived_;
         completeRecv();
       } else if (slot.kind == kInlineFragment) {
-        if (slot.offset != recv.offset || slot.fragmentBytes > in_.slotBytes || slot.fragmentBytes > recv.bytes - recv.offset) {
+        if (slot.offset != recv.offset || slot.fragmentBytes > in_.fragmentBytes || slot.fragmentBytes > recv.bytes - recv.offset ||
+            slot.payloadOffset % kAlign != 0 || slot.payloadOffset + slot.fragmentBytes > in_.payloadBytes) {
           throwRemoteError(peerName() + " sent a malformed fragment" + onChannel());
         }
-        applyAt(recv, in_.slotPayload(inTail_), recv.offset, slot.fragmentBytes);  // reduce straight out of the slot
+        applyAt(recv, in_.payload + slot.payloadOffset, recv.offset, slot.fragmentBytes);  // reduce straight out of the ring
         recv.offset += slot.fragmentBytes;
         releaseIncomingSlot();
         if (recv.offset == recv.bytes) {
@@ -677,9 +702,9 @@ class ShmConnection final : public Connection {
   // read of it is a cache line that the receiver owns.
   void sendAvailable() {
     while (nextToPublish_ < sends_.size()) {
-      if (outHead_ - outTailSeen_ >= out_.slotCount) {
+      if (outHead_ - outTailSeen_ >= out_.descriptorCount) {
         outTailSeen_ = out_.header->tail.load(std::memory_order_acquire);
-        if (outHead_ - outTailSeen_ >= out_.slotCount) break;
+        if (outHead_ - outTailSeen_ >= out_.descriptorCount) break;
       }
       PendingSend& send = sends_[nextToPublish_];
       SlotDescriptor& slot = out_.slotDescriptor(outHead_);
@@ -711,13 +736,17 @@ class ShmConnection final : public Connection {
         if (send.bytes > 0) std::memcpy(slot.tiny, send.data, send.bytes);
         send.offset = send.bytes;
       } else {
-        const size_t fragment = std::min(out_.slotBytes, send.bytes - send.offset);
-        std::memcpy(out_.slotPayload(outHead_), send.data + send.offset, fragment);
+        const size_t fragment = std::min(out_.fragmentBytes, send.bytes - send.offset);
+        const std::optional<uint64_t> at = reservePayload(fragment);
+        if (!at) break;
+        std::memcpy(out_.payload + *at, send.data + send.offset, fragment);
         slot.offset = send.offset;
         slot.fragmentBytes = static_cast<uint32_t>(fragment);
         slot.kind = kInlineFragment;
+        slot.payloadOffset = *at;
         send.offset += fragment;
       }
+      payloadEndAt_[outHead_ % payloadEndAt_.size()] = payloadHead_;
       slot.sequence.store(++outHead_, std::memory_order_release);
       if (send.offset == send.bytes) {
         send.published = true;
@@ -725,6 +754,24 @@ class ShmConnection final : public Connection {
       }
     }
     retireCompletedSends();
+  }
+
+  // Where in the payload ring `bytes` contiguous bytes go, or nullopt while the receiver still holds
+  // them. The ring is released in descriptor order: everything before the payload end recorded with
+  // the last released descriptor is free. A fragment that would cross the ring's end starts over at 0.
+  std::optional<uint64_t> reservePayload(size_t bytes) {
+    const uint64_t need = alignUp(bytes, kAlign);
+    const uint64_t position = payloadHead_ % out_.payloadBytes;
+    const uint64_t skip = position + need > out_.payloadBytes ? out_.payloadBytes - position : 0;
+    const auto released = [&] { return outTailSeen_ == 0 ? 0 : payloadEndAt_[(outTailSeen_ - 1) % payloadEndAt_.size()]; };
+    if (payloadHead_ + skip + need - released() > out_.payloadBytes) {
+      outTailSeen_ = out_.header->tail.load(std::memory_order_acquire);
+      if (payloadHead_ + skip + need - released() > out_.payloadBytes) return std::nullopt;
+    }
+    payloadHead_ += skip;
+    const uint64_t offset = payloadHead_ % out_.payloadBytes;
+    payloadHead_ += need;
+    return offset;
   }
 
   void retireCompletedSends() {
@@ -819,6 +866,8 @@ class ShmConnection final : public Connection {
   uint64_t outZeroCopyThreshold_ = 0;
   uint64_t outHead_ = 0;
   uint64_t outTailSeen_ = 0;  // the receiver's tail when we last looked
+  uint64_t payloadHead_ = 0;  // payload ring bytes ever reserved
+  std::vector<uint64_t> payloadEndAt_;  // payloadHead_ after descriptor n, at n % size (2 x descriptors: in flight <= 1 x)
   std::deque<PendingSend> sends_;
   size_t nextToPublish_ = 0;  // sends_[0, nextToPublish_) are fully in the FIFO
   Ticket sendsPosted_ = 0;
@@ -860,14 +909,21 @@ class ShmTransport final : public Transport {
 ShmFifoLayout shmFifoLayout() {
   const int64_t buffSize = params::kBuffSize.get();
   const int64_t slots = params::kShmSlots.get();
-  if (slots < 1 || slots > 4096) {
-    throwInvalidArgument(std::string(params::kShmSlots.name()) + "=" + std::to_string(slots) + " must be between 1 and 4096");
+  const int64_t fragments = params::kShmFragments.get();
+  if (slots < 1 || slots > 65536) {
+    throwInvalidArgument(std::string(params::kShmSlots.name()) + "=" + std::to_string(slots) + " must be between 1 and 65536");
   }
-  if (buffSize < 1) throwInvalidArgument(std::string(params::kBuffSize.name()) + "=" + std::to_string(buffSize) + " must be positive");
+  if (fragments < 2 || fragments > 4096) {
+    throwInvalidArgument(std::string(params::kShmFragments.name()) + "=" + std::to_string(fragments) + " must be between 2 and 4096");
+  }
+  if (buffSize < static_cast<int64_t>(2 * kAlign) || static_cast<uint64_t>(buffSize) > (uint64_t{1} << 40)) {
+    throwInvalidArgument(std::string(params::kBuffSize.name()) + "=" + std::to_string(buffSize) + " must be between 128 bytes and 1 TiB");
+  }
   ShmFifoLayout layout;
-  layout.slotCount = static_cast<size_t>(slots);
-  layout.slotBytes = std::max(kAlign, static_cast<size_t>(buffSize) / layout.slotCount / kAlign * kAlign);
-  layout.slotBytes = std::min(layout.slotBytes, kMaxSlotBytes);
+  layout.descriptorCount = static_cast<size_t>(slots);
+  layout.payloadBytes = static_cast<size_t>(buffSize) / kAlign * kAlign;
+  layout.fragmentBytes = std::max(kAlign, layout.payloadBytes / static_cast<size_t>(fragments) / kAlign * kAlign);
+  layout.fragmentBytes = std::min(layout.fragmentBytes, kMaxSlotBytes);
   return layout;
 }
 

@@ -17,11 +17,12 @@ namespace topoccl::transport {
 // One per rank. canConnect: same hostId, different processToken (and NCCL_SHM_DISABLE unset).
 std::unique_ptr<Transport> makeShmTransport(const CommIdentity& identity, const PeerInfo& self);
 
-// FIFO geometry a receiver creates now, from NCCL_BUFFSIZE and TOPOCCL_SHM_SLOTS. The sender
-// adopts whatever the receiver created, so the two sides never have to agree on settings.
+// FIFO geometry a receiver creates now, from TOPOCCL_SHM_SLOTS, NCCL_BUFFSIZE and TOPOCCL_SHM_FRAGMENTS.
+// The sender adopts whatever the receiver created, so the two sides never have to agree on settings.
 struct ShmFifoLayout {
-  size_t slotBytes = 0;  // payload bytes per slot, a multiple of 64
-  size_t slotCount = 0;
+  size_t descriptorCount = 0;  // messages (or fragments) in flight, one cache line each
+  size_t payloadBytes = 0;     // the ring that larger messages are copied through, a multiple of 64
+  size_t fragmentBytes = 0;    // the largest piece of a message in the ring, a multiple of 64, <= payloadBytes / 2
 };
 ShmFifoLayout shmFifoLayout();
 
