@@ -206,7 +206,7 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
     const int64_t configured = params::kSpinPolls.get();
     if (configured < 0) throwInvalidArgument(std::string(params::kSpinPolls.name()) + "=" + std::to_string(configured) + " must be >= 0");
     spinsBeforeYield_ = configured > 0 ? static_cast<unsigned>(std::min<int64_t>(configured, 1 << 30))
-                                       : (localRanks <= static_cast<size_t>(cores) ? 4096 : 64);
+                                       : (localRanks <= static_cast<size_t>(cores) ? 4096 : 1);
   }
   if (log::enabled(log::Level::Info, log::kInit)) {
     std::ostringstream routes;

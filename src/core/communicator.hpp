@@ -170,7 +170,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::vector<std::function<void()>> groupAfter_;
   // Idle polls before the progress loop yields its core: many when every local rank has a core of its
   // own (a yield is a syscall, and the peer is about to answer), few when ranks outnumber cores.
-  unsigned spinsBeforeYield_ = 64;
+  unsigned spinsBeforeYield_ = 1;
 
   mutable std::mutex queueMutex_;
   std::condition_variable queueChanged_;  // the engine waits here for work or stop

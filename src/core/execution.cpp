@@ -54,9 +54,18 @@ void Execution::reset() {
   placeStaging();  // another execution may have grown the shared arena
 }
 
-size_t Execution::sliceLength(const ResolvedStep& step, size_t slice) const {
-  const size_t begin = slice * sliceBytes_;
-  return std::min(sliceBytes_, step.bytes - begin);
+size_t Execution::sliceLength(const LaneState& state, const ResolvedStep& step, size_t slice) const {
+  const size_t begin = slice * state.sliceBytes;
+  return std::min(state.sliceBytes, step.bytes - begin);
+}
+
+// A step is cut into at least kSlicesPerStep slices (so that sends, peer reads and reductions overlap)
+// of at most sliceBytes_, but none smaller than kMinSliceBytes. Both ends of a transfer see the same step
+// size, so they cut it alike.
+size_t Execution::sliceBytesFor(size_t stepBytes) const {
+  const size_t floor = std::min(kMinSliceBytes, sliceBytes_);
+  size_t slice = std::clamp(stepBytes / kSlicesPerStep / 4096 * 4096, floor, sliceBytes_);
+  return std::max(elementSize_, slice / elementSize_ * elementSize_);
 }
 
 bool Execution::depsSatisfied(const ResolvedStep& step) const {
@@ -85,7 +94,8 @@ void Execution::startStep(size_t laneIndex) {
   LaneState& state = states_[laneIndex];
   const ResolvedStep& step = lanes_[laneIndex].steps[state.step];
   state.stepStarted = true;
-  state.slices = step.bytes == 0 ? 0 : (step.bytes + sliceBytes_ - 1) / sliceBytes_;
+  state.sliceBytes = sliceBytesFor(step.bytes);
+  state.slices = step.bytes == 0 ? 0 : (step.bytes + state.sliceBytes - 1) / state.sliceBytes;
   state.slicesPosted = 0;
   state.slicesDone = 0;
 }
@@ -105,8 +115,8 @@ bool Execution::pumpReceives(size_t laneIndex) {
   const bool forwards = algo::stepSends(step.kind);
 
   while (state.slicesPosted < state.slices && state.slicesPosted - state.slicesDone < kWindow) {
-    const size_t offset = state.slicesPosted * sliceBytes_;
-    const size_t length = sliceLength(step, state.slicesPosted);
+    const size_t offset = state.slicesPosted * state.sliceBytes;
+    const size_t length = sliceLength(state, step, state.slicesPosted);
     transport::RecvAction action;
     action.elementSize = elementSize_;
     if (step.kind == StepKind::RecvReduceSend) {
@@ -128,10 +138,10 @@ bool Execution::pumpReceives(size_t laneIndex) {
   while (state.slicesDone < state.slicesPosted &&
          lane.recvConn->recvsCompleted() >= state.recvTickets[state.slicesDone % kWindow]) {
     const size_t slice = state.slicesDone;
-    const size_t length = sliceLength(step, slice);
+    const size_t length = sliceLength(state, step, slice);
     if (forwards) {
       const char* base = step.kind == StepKind::RecvReduceSend ? stagingOf_[laneIndex][state.step] : step.dst;
-      postSend(lane.sendConn, base + slice * sliceBytes_, length);
+      postSend(lane.sendConn, base + slice * state.sliceBytes, length);
     }
     ++state.slicesDone;
     moved_ = true;
@@ -152,7 +162,7 @@ bool Execution::advanceLane(size_t laneIndex) {
       case StepKind::Nop: break;
       case StepKind::Send:
         for (size_t slice = 0; slice < state.slices; ++slice)
-          postSend(lane.sendConn, step.src + slice * sliceBytes_, sliceLength(step, slice));
+          postSend(lane.sendConn, step.src + slice * state.sliceBytes, sliceLength(state, step, slice));
         break;
       case StepKind::Copy:
         if (step.bytes > 0 && step.src != step.dst) {

@@ -54,6 +54,8 @@ class Execution {
 
  private:
   static constexpr size_t kWindow = 4;  // receive slices in flight per lane
+  static constexpr size_t kSlicesPerStep = 16;
+  static constexpr size_t kMinSliceBytes = 64 << 10;
 
   struct InFlightSend {
     transport::Connection* conn;
@@ -65,6 +67,7 @@ class Execution {
   struct LaneState {
     size_t step = 0;          // index of the current step; == steps.size() when done
     bool stepStarted = false;
+    size_t sliceBytes = 0;    // this step's slice size (sliceBytesFor)
     size_t slices = 0;
     size_t slicesPosted = 0;  // receives posted
     size_t slicesDone = 0;    // receives completed (and forwarded)
@@ -78,7 +81,8 @@ class Execution {
   void finishStep(LaneState& state);
   void postSend(transport::Connection* conn, const char* data, size_t bytes);
   bool pumpReceives(size_t laneIndex);
-  size_t sliceLength(const ResolvedStep& step, size_t slice) const;
+  size_t sliceLength(const LaneState& state, const ResolvedStep& step, size_t slice) const;
+  size_t sliceBytesFor(size_t stepBytes) const;
   void placeStaging();  // RecvReduceSend regions in the arena (which may have grown since)
 
   std::string operation_;
