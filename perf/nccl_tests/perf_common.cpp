@@ -328,6 +328,9 @@ class Runner {
       std::printf("\n");
     }
     std::fflush(stdout);
+    // Let the launcher (mpirun) forward the row now, untimed: on a 2-core host it otherwise preempts the
+    // printing rank in the next size's timed loop, 60-500 us at once (perf/compare's programs do the same).
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 
   bool printFooter() {
