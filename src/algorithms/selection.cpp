@@ -168,6 +168,7 @@ bool AlgorithmFilter::restricts(Collective c) const {
 
 SelectionTable SelectionTable::defaults() {
   SelectionTable t;
+  t.addRow({Collective::AllReduce, 3, kDirectAllReduceMaxRanks, 0, kDirectAllReduceMaxBytes, Algorithm::Direct});
   t.addRow({Collective::AllReduce, 1, INT32_MAX, 0, kRecursiveDoublingMaxBytes, Algorithm::RecursiveDoubling});
   t.addRow({Collective::AllReduce, 1, INT32_MAX, kRecursiveDoublingMaxBytes, UINT64_MAX, Algorithm::Ring});
   t.addRow({Collective::AllGather, 1, INT32_MAX, 0, kDirectMaxBytes, Algorithm::Direct});
@@ -199,8 +200,23 @@ Algorithm SelectionTable::choose(Collective c, uint64_t bytes, int nranks) const
       return row.algorithm;
     }
   }
-  for (const SelectionRow& row : rows_) {
-    if (row.collective == c && usable(row.algorithm)) return row.algorithm;
+  // The row for this size is filtered out: take the usable row whose size range lies nearest (a large
+  // message falls back to another bandwidth algorithm, not to a latency one), for this rank count first.
+  const auto distance = [&](const SelectionRow& row) -> uint64_t {
+    if (bytes < row.minBytes) return row.minBytes - bytes;
+    if (row.maxBytes != UINT64_MAX && bytes >= row.maxBytes) return bytes - row.maxBytes + 1;
+    return 0;
+  };
+  for (const bool matchRanks : {true, false}) {
+    const SelectionRow* nearest = nullptr;
+    for (const SelectionRow& row : rows_) {
+      if (row.collective != c || !usable(row.algorithm)) continue;
+      if (matchRanks && (nranks < row.minRanks || nranks > row.maxRanks)) continue;
+      // Equally near outside their ranges: the later row, which the table means for larger sizes.
+      const uint64_t d = distance(row);
+      if (!nearest || d < distance(*nearest) || (d > 0 && d == distance(*nearest))) nearest = &row;
+    }
+    if (nearest) return nearest->algorithm;
   }
   for (Algorithm a : kAlgorithms) {
     if (usable(a)) return a;

@@ -29,6 +29,12 @@ inline constexpr uint64_t kTreeMaxBytes = 32 << 10;
 //   of n-1, so they win while latency dominates; beyond that the n-1 simultaneous flows per rank
 //   contend for its links, while the ring only ever uses neighbours.
 inline constexpr uint64_t kDirectMaxBytes = 64 << 10;
+// - Direct AllReduce (every rank sends its input to every other and adds all n) is one round where
+//   recursive doubling takes log2 n (+2 when folding), at n-1 times the bytes sent. Measured on 3-8
+//   ranks sharing 2 cores (perf/RESULTS.md), where every round costs a trip through the scheduler, it
+//   took 0.59-0.93x recursive doubling's time up to 64 KiB; on 2 ranks both are one round.
+inline constexpr uint64_t kDirectAllReduceMaxBytes = 64 << 10;
+inline constexpr int kDirectAllReduceMaxRanks = 8;
 
 struct SelectionRow {
   Collective collective = Collective::AllReduce;

@@ -34,8 +34,12 @@ std::string parseError(const std::string& text) {
 
 TEST_CASE("the default table: latency algorithms for small messages, ring for large, direct for personalized") {
   const SelectionTable t = SelectionTable::defaults();
-  CHECK(t.choose(Collective::AllReduce, kSmall, 8) == Algorithm::RecursiveDoubling);
-  CHECK(t.choose(Collective::AllReduce, kRecursiveDoublingMaxBytes - 1, 8) == Algorithm::RecursiveDoubling);
+  CHECK(t.choose(Collective::AllReduce, kSmall, 8) == Algorithm::Direct);  // one round on 3..8 ranks
+  CHECK(t.choose(Collective::AllReduce, kSmall, 3) == Algorithm::Direct);
+  CHECK(t.choose(Collective::AllReduce, kDirectAllReduceMaxBytes - 1, kDirectAllReduceMaxRanks) == Algorithm::Direct);
+  CHECK(t.choose(Collective::AllReduce, kSmall, 2) == Algorithm::RecursiveDoubling);
+  CHECK(t.choose(Collective::AllReduce, kSmall, kDirectAllReduceMaxRanks + 1) == Algorithm::RecursiveDoubling);
+  CHECK(t.choose(Collective::AllReduce, kRecursiveDoublingMaxBytes - 1, 16) == Algorithm::RecursiveDoubling);
   CHECK(t.choose(Collective::AllReduce, kRecursiveDoublingMaxBytes, 8) == Algorithm::Ring);
   CHECK(t.choose(Collective::AllReduce, kLarge, 8) == Algorithm::Ring);
   CHECK(t.choose(Collective::Broadcast, kSmall, 8) == Algorithm::Tree);
@@ -90,7 +94,8 @@ TEST_CASE("NCCL_ALGO: one list applies wherever it leaves an algorithm") {
 
 TEST_CASE("NCCL_ALGO: exclusion and lists") {
   const SelectionTable noRing = withAlgo("^ring");
-  CHECK(noRing.choose(Collective::AllReduce, kLarge, 8) == Algorithm::RecursiveDoubling);
+  CHECK(noRing.choose(Collective::AllReduce, kLarge, 8) == Algorithm::RecursiveDoubling);  // nearest size range, not direct
+  CHECK(noRing.choose(Collective::AllReduce, kSmall, 8) == Algorithm::Direct);
   CHECK(noRing.choose(Collective::AllGather, kLarge, 8) == Algorithm::Direct);
   CHECK(noRing.choose(Collective::Broadcast, kLarge, 8) == Algorithm::Tree);
   CHECK(noRing.choose(Collective::AllToAll, kLarge, 8) == Algorithm::Direct);
@@ -112,8 +117,9 @@ TEST_CASE("NCCL_ALGO: per-collective lists override the global one") {
   CHECK(t.choose(Collective::AllGather, kSmall, 8) == Algorithm::Direct);
   CHECK(t.choose(Collective::Reduce, kLarge, 8) == Algorithm::Ring);
 
-  const SelectionTable both = withAlgo("tree; AllReduce:^rd");
+  const SelectionTable both = withAlgo("tree; AllReduce:^rd,direct");
   CHECK(both.choose(Collective::AllReduce, kSmall, 8) == Algorithm::Ring);
+  CHECK(withAlgo("tree; AllReduce:^rd").choose(Collective::AllReduce, kSmall, 8) == Algorithm::Direct);
   CHECK(both.choose(Collective::Broadcast, kLarge, 8) == Algorithm::Tree);
 
   const SelectionTable ours = withAlgo("allreduce:recursive_doubling;alltoall:direct");
@@ -125,7 +131,7 @@ TEST_CASE("NCCL_ALGO: malformed values name the bad token") {
   CHECK(parseError("allreduce:hypercube").find("'hypercube'") != std::string::npos);
   CHECK(parseError("allgatherv:ring").find("unknown collective 'allgatherv'") != std::string::npos);
   CHECK(parseError("alltoall:ring").find("leaves alltoall no algorithm") != std::string::npos);
-  CHECK(parseError("allreduce:^ring,tree").find("leaves allreduce no algorithm") != std::string::npos);
+  CHECK(parseError("allreduce:^ring,tree,direct").find("leaves allreduce no algorithm") != std::string::npos);
   CHECK(parseError("ring;tree").find("more than one list") != std::string::npos);
   CHECK(parseError("^").find("empty") != std::string::npos);
   CHECK(parseError("allreduce:").find("empty") != std::string::npos);
@@ -139,7 +145,7 @@ TEST_CASE("fromConfig reads NCCL_ALGO through the config registry") {
   config::setOverride("NCCL_ALGO", "allreduce:ring");
   CHECK(SelectionTable::fromConfig().choose(Collective::AllReduce, kSmall, 4) == Algorithm::Ring);
   config::setOverride("NCCL_ALGO", "");
-  CHECK(SelectionTable::fromConfig().choose(Collective::AllReduce, kSmall, 4) == Algorithm::RecursiveDoubling);
+  CHECK(SelectionTable::fromConfig().choose(Collective::AllReduce, kSmall, 4) == Algorithm::Direct);
   config::setOverride("NCCL_ALGO", "sideways");
   CHECK_THROWS_AS(SelectionTable::fromConfig(), Error);
   config::clearOverrides();
