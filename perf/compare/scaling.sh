@@ -10,8 +10,9 @@
 # run.sh), OUT [perf/compare/results/scaling-<UTC timestamp>]. Writes raw/*.csv, runs.tsv and table.md.
 #
 # The step count is the algorithm's critical path in message rounds, from topoccl's selection table:
-# recursive doubling below 64 KiB (log2 P rounds, P the largest power of two <= n, plus 2 when n is not
-# a power of two: fold in, fold out), ring above (2(n-1) rounds). With more ranks than the machine's
+# below 64 KiB direct on 3-8 ranks (1 round in which each rank receives n-1 messages), recursive
+# doubling otherwise (log2 P rounds, P the largest power of two <= n, plus 2 when n is not a power of
+# two: fold in, fold out); ring above (2(n-1) rounds). With more ranks than the machine's
 # cores the ranks share them, so the large-size time is also given against a CPU model: every rank
 # copies (or reduces) 2(n-1)/n x size, and the cores do that work in turn.
 set -u -o pipefail
@@ -29,16 +30,18 @@ SYSTEMS=${SYSTEMS:-"topoccl mpi"}
 MPIRUN_FLAGS=${MPIRUN_FLAGS:---allow-run-as-root --oversubscribe}
 MALLOC_ENV=${MALLOC_ENV-MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=68719476736}
 OUT=${OUT:-perf/compare/results/scaling-$(date -u +%Y%m%dT%H%M%SZ)}
+# REPORT_ONLY=DIR: rewrite DIR/table.md from DIR/raw without running anything.
+if [ -n "${REPORT_ONLY:-}" ]; then OUT=$REPORT_ONLY; REPEAT=0; fi
 ENVX=()
 for kv in $MALLOC_ENV; do ENVX+=(-x "$kv"); done
 
-[ -x "$BUILD/perf/all_reduce_perf" ] || { echo "scaling.sh: $BUILD/perf/all_reduce_perf missing (cmake --build $BUILD)" >&2; exit 2; }
-if [[ " $SYSTEMS " == *" mpi "* ]] && [ ! -x "$COMPARE_BIN/mpi_perf" ]; then
+[ -n "${REPORT_ONLY:-}" ] || [ -x "$BUILD/perf/all_reduce_perf" ] || { echo "scaling.sh: $BUILD/perf/all_reduce_perf missing (cmake --build $BUILD)" >&2; exit 2; }
+if [ -z "${REPORT_ONLY:-}" ] && [[ " $SYSTEMS " == *" mpi "* ]] && [ ! -x "$COMPARE_BIN/mpi_perf" ]; then
   make -s -C perf/compare BIN="$ROOT/$COMPARE_BIN" "$ROOT/$COMPARE_BIN/mpi_perf" >/dev/null || { echo "scaling.sh: cannot build mpi_perf" >&2; exit 2; }
 fi
 mkdir -p "$OUT/raw" "$OUT/logs"
-printf 'system\tranks\tsize\trepeat\texit\tseconds\n' > "$OUT/runs.tsv"
-{
+[ -n "${REPORT_ONLY:-}" ] || printf 'system\tranks\tsize\trepeat\texit\tseconds\n' > "$OUT/runs.tsv"
+[ -n "${REPORT_ONLY:-}" ] || {
   echo "date: $(date -u +%FT%TZ)"; echo "host: $(uname -n) $(uname -r), $(nproc) cores"
   echo "command: RANKS=\"$RANKS\" REPEAT=$REPEAT SMALL=$SMALL LARGE=$LARGE perf/compare/scaling.sh"
   echo "topoccl: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)"; echo "MALLOC_ENV: $MALLOC_ENV"
@@ -87,11 +90,20 @@ def med(key):
     return (statistics.median(t for t, _ in v), min(t for t, _ in v), max(t for t, _ in v), sum(w for _, w in v)) if v else None
 ranks = sorted({k[1] for k in rows})
 sizes = sorted({k[2] for k in rows})
-def steps(n, nbytes):
+def algorithm(n, nbytes):  # topoccl's default selection table (src/algorithms/selection.cpp)
     if nbytes < 64 * 1024:
+        return "direct" if 3 <= n <= 8 else "rd"
+    return "ring"
+def steps(n, nbytes):
+    a = algorithm(n, nbytes)
+    if a == "direct":
+        return 1
+    if a == "rd":
         p = 1 << (n.bit_length() - 1)
         return int(math.log2(p)) + (2 if p != n else 0)
     return 2 * (n - 1)
+def messages(n, nbytes):  # messages each rank receives
+    return n - 1 if algorithm(n, nbytes) == "direct" else steps(n, nbytes)
 wrong = sum(v[3] for v in (med(k) for k in rows) if v)
 print(f"# all-reduce vs ranks ({cores} cores; float sum, out of place; medians over repeats, [min-max])\n")
 print(f"Wrong elements over all runs: {wrong}.\n")
@@ -101,8 +113,8 @@ for nbytes in sizes:
     print(f"## {label}\n")
     base = med(("topoccl", ranks[0], nbytes))
     if small:
-        print("| ranks | steps | topoccl µs | µs per step | time / 2-rank time | steps / 2-rank steps | OpenMPI µs | topoccl/OpenMPI time |")
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print("| ranks | algorithm | steps (rounds) | messages in per rank | topoccl µs | µs per step | time / 2-rank time | steps / 2-rank steps | OpenMPI µs | topoccl/OpenMPI time |")
+        print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     else:
         print("| ranks | steps | topoccl ms | busbw GB/s | CPU model ms | time / model | OpenMPI ms | OpenMPI busbw GB/s | busbw topoccl/OpenMPI |")
         print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -115,7 +127,7 @@ for nbytes in sizes:
         mcell = "" if m is None else (f"{m[0]:.1f}" if small else f"{m[0]/1e3:.1f}")
         if small:
             ratio = "" if m is None else f"{t[0]/m[0]:.2f}"
-            print(f"| {n} | {s} | {tcell} | {t[0]/s:.2f} | {t[0]/base[0]:.2f} | {s/steps(ranks[0], nbytes):.2f} | {mcell} | {ratio} |")
+            print(f"| {n} | {algorithm(n, nbytes)} | {s} | {messages(n, nbytes)} | {tcell} | {t[0]/s:.2f} | {t[0]/base[0]:.2f} | {s/steps(ranks[0], nbytes):.2f} | {mcell} | {ratio} |")
         else:
             bus = lambda us: nbytes / (us * 1e3) * 2 * (n - 1) / n
             # Each rank moves 2(n-1)/n x size through its core; n ranks share min(n, cores) cores. The per-core
