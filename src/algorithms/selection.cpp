@@ -168,7 +168,7 @@ bool AlgorithmFilter::restricts(Collective c) const {
 
 SelectionTable SelectionTable::defaults() {
   SelectionTable t;
-  t.addRow({Collective::AllReduce, 3, kDirectAllReduceMaxRanks, 0, kDirectAllReduceMaxBytes, Algorithm::Direct});
+  t.addRow({Collective::AllReduce, 3, kDirectAllReduceMaxRanks, 0, kDirectAllReduceMaxBytes, Algorithm::Direct, 1});
   t.addRow({Collective::AllReduce, 1, INT32_MAX, 0, kRecursiveDoublingMaxBytes, Algorithm::RecursiveDoubling});
   t.addRow({Collective::AllReduce, 1, INT32_MAX, kRecursiveDoublingMaxBytes, UINT64_MAX, Algorithm::Ring});
   t.addRow({Collective::AllGather, 1, INT32_MAX, 0, kDirectMaxBytes, Algorithm::Direct});
@@ -191,11 +191,11 @@ SelectionTable SelectionTable::fromConfig() {
   return t;
 }
 
-Algorithm SelectionTable::choose(Collective c, uint64_t bytes, int nranks) const {
+Algorithm SelectionTable::choose(Collective c, uint64_t bytes, int nranks, int nhosts) const {
   if (nranks < 1) throwInvalidArgument("algorithm selection: nranks " + std::to_string(nranks) + " must be at least 1");
   const auto usable = [&](Algorithm a) { return algorithmSupports(a, c) && filter_.allows(c, a); };
   for (const SelectionRow& row : rows_) {
-    if (row.collective == c && nranks >= row.minRanks && nranks <= row.maxRanks && bytes >= row.minBytes &&
+    if (row.collective == c && nranks >= row.minRanks && nranks <= row.maxRanks && nhosts <= row.maxHosts && bytes >= row.minBytes &&
         (row.maxBytes == UINT64_MAX || bytes < row.maxBytes) && usable(row.algorithm)) {
       return row.algorithm;
     }
@@ -211,7 +211,7 @@ Algorithm SelectionTable::choose(Collective c, uint64_t bytes, int nranks) const
     const SelectionRow* nearest = nullptr;
     for (const SelectionRow& row : rows_) {
       if (row.collective != c || !usable(row.algorithm)) continue;
-      if (matchRanks && (nranks < row.minRanks || nranks > row.maxRanks)) continue;
+      if (matchRanks && (nranks < row.minRanks || nranks > row.maxRanks || nhosts > row.maxHosts)) continue;
       // Equally near outside their ranges: the later row, which the table means for larger sizes.
       const uint64_t d = distance(row);
       if (!nearest || d < distance(*nearest) || (d > 0 && d == distance(*nearest))) nearest = &row;
@@ -227,16 +227,17 @@ Algorithm SelectionTable::choose(Collective c, uint64_t bytes, int nranks) const
 }
 
 std::string SelectionTable::describe() const {
-  std::string out = pad("collective", 15) + pad("ranks", 10) + pad("bytes", 24) + "algorithm\n";
+  std::string out = pad("collective", 15) + pad("ranks", 14) + pad("bytes", 24) + "algorithm\n";
   for (const SelectionRow& row : rows_) {
     std::string ranks = row.minRanks <= 1 && row.maxRanks == INT32_MAX
                             ? "any"
                             : std::to_string(row.minRanks) + ".." +
                                   (row.maxRanks == INT32_MAX ? std::string("") : std::to_string(row.maxRanks));
+    if (row.maxHosts != INT32_MAX) ranks += row.maxHosts == 1 ? ", 1 host" : ", <=" + std::to_string(row.maxHosts) + " hosts";
     const std::string bytes = "[" + bytesText(row.minBytes) + ", " + bytesText(row.maxBytes) + ")";
     std::string algorithm = algorithmName(row.algorithm);
     if (!filter_.allows(row.collective, row.algorithm)) algorithm += " (excluded by NCCL_ALGO)";
-    out += pad(collectiveName(row.collective), 15) + pad(ranks, 10) + pad(bytes, 24) + algorithm + "\n";
+    out += pad(collectiveName(row.collective), 15) + pad(ranks, 14) + pad(bytes, 24) + algorithm + "\n";
   }
   std::string restricted;
   for (Collective c : kCollectives) {

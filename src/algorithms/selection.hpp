@@ -1,7 +1,7 @@
 // Algorithm selection in UCC's style: a table of rows (collective, rank range, message-size range,
 // algorithm), searched in order, filtered by what the user allows through NCCL_ALGO.
 // Every input to choose() is the same on every rank of a communicator (collective, bytes, nranks,
-// the table, the environment every rank is started with), so every rank picks the same plan.
+// nhosts, the table, the environment every rank is started with), so every rank picks the same plan.
 #pragma once
 
 #include <array>
@@ -34,7 +34,7 @@ inline constexpr uint64_t kDirectMaxBytes = 64 << 10;
 //   ranks sharing 2 cores (perf/RESULTS.md), where every round costs a trip through the scheduler, it
 //   took 0.59-0.93x recursive doubling's time up to 64 KiB; on 2 ranks both are one round.
 inline constexpr uint64_t kDirectAllReduceMaxBytes = 64 << 10;
-inline constexpr int kDirectAllReduceMaxRanks = 8;
+inline constexpr int kDirectAllReduceMaxRanks = 8;  // and one host: across NICs the n-1 copies cost bandwidth
 
 struct SelectionRow {
   Collective collective = Collective::AllReduce;
@@ -43,6 +43,7 @@ struct SelectionRow {
   uint64_t minBytes = 0;           // inclusive
   uint64_t maxBytes = UINT64_MAX;  // exclusive; UINT64_MAX: no upper bound
   Algorithm algorithm = Algorithm::Ring;
+  int maxHosts = INT32_MAX;        // inclusive: rows for traffic patterns only one host's memory absorbs
 };
 
 // Which algorithms the user allows, per collective. NCCL_ALGO syntax: `[^]list[;coll:[^]list...]`,
@@ -90,7 +91,7 @@ class SelectionTable {
   // count * size; AllGather, ReduceScatter, AllToAll, Gather, Scatter: nranks * count * size).
   // The first allowed row that matches wins; if none does, the first allowed algorithm for the
   // collective in table order, then in Algorithm order. nranks < 1 throws Error(ncclInvalidArgument).
-  Algorithm choose(Collective c, uint64_t bytes, int nranks) const;
+  Algorithm choose(Collective c, uint64_t bytes, int nranks, int nhosts = 1) const;
 
   std::string describe() const;  // the rows as a table, and the filter
 

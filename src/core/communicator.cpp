@@ -477,7 +477,7 @@ std::string Communicator::chosenAlgorithm(algo::Collective collective, size_t by
   CollectiveArgs args;
   args.collective = collective;
   if (const algo::Plan* plan = planFileFor(args, bytes, inPlace)) return plan->name;
-  return algo::algorithmName(selection_->choose(collective, bytes, nranks_));
+  return algo::algorithmName(selection_->choose(collective, bytes, nranks_, locality_->nhosts()));
 }
 
 std::unique_ptr<Execution> Communicator::buildCollective(const CollectiveArgs& args,
@@ -495,7 +495,7 @@ std::unique_ptr<Execution> Communicator::buildCollective(const CollectiveArgs& a
   const size_t callBytes = selectionBytes(args, nranks_, elem);
   const algo::Plan* fromFile = planFileFor(args, callBytes, inPlace);
   const algo::Plan& plan =
-      fromFile ? *fromFile : planFor(selection_->choose(args.collective, callBytes, nranks_), args.collective, args.root);
+      fromFile ? *fromFile : planFor(selection_->choose(args.collective, callBytes, nranks_, locality_->nhosts()), args.collective, args.root);
 
   // Lower the reduction: PreMulSum and floating Avg scale each input once up front; integer Avg
   // sums and divides the result. Kernels only ever see Sum/Prod/Max/Min.

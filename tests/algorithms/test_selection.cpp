@@ -39,6 +39,8 @@ TEST_CASE("the default table: latency algorithms for small messages, ring for la
   CHECK(t.choose(Collective::AllReduce, kDirectAllReduceMaxBytes - 1, kDirectAllReduceMaxRanks) == Algorithm::Direct);
   CHECK(t.choose(Collective::AllReduce, kSmall, 2) == Algorithm::RecursiveDoubling);
   CHECK(t.choose(Collective::AllReduce, kSmall, kDirectAllReduceMaxRanks + 1) == Algorithm::RecursiveDoubling);
+  CHECK(t.choose(Collective::AllReduce, kSmall, 8, 2) == Algorithm::RecursiveDoubling);  // across hosts
+  CHECK(t.choose(Collective::AllReduce, kSmall, 8, 1) == Algorithm::Direct);
   CHECK(t.choose(Collective::AllReduce, kRecursiveDoublingMaxBytes - 1, 16) == Algorithm::RecursiveDoubling);
   CHECK(t.choose(Collective::AllReduce, kRecursiveDoublingMaxBytes, 8) == Algorithm::Ring);
   CHECK(t.choose(Collective::AllReduce, kLarge, 8) == Algorithm::Ring);
@@ -154,7 +156,8 @@ TEST_CASE("fromConfig reads NCCL_ALGO through the config registry") {
 TEST_CASE("describe prints the table and the filter") {
   const std::string plain = SelectionTable::defaults().describe();
   INFO(plain);
-  CHECK(plain.find("allreduce      any       [0 B, 64 KiB)           recursive_doubling") != std::string::npos);
+  CHECK(plain.find("allreduce      3..8, 1 host  [0 B, 64 KiB)           direct") != std::string::npos);
+  CHECK(plain.find("allreduce      any           [0 B, 64 KiB)           recursive_doubling") != std::string::npos);
   CHECK(plain.find("[64 KiB, inf)") != std::string::npos);
   CHECK(plain.find("alltoall") != std::string::npos);
   CHECK(plain.find("NCCL_ALGO") == std::string::npos);
