@@ -7,6 +7,7 @@
 # Prints, per size, the out-of-place time and busbw of A and B (medians over REPEAT runs) and B/A.
 set -euo pipefail
 if [ $# -ne 6 ]; then sed -n '2,7p' "$0" >&2; exit 2; fi
+# shellcheck disable=SC2034  # ENV_A and ENV_B are read through ${!settings}
 NP=$1 COLL=$2 ARGS=$3 REPEAT=$4 ENV_A=$5 ENV_B=$6
 BUILD=${BUILD:-build}
 bench="$BUILD/perf/${COLL}_perf"

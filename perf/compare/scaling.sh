@@ -18,7 +18,7 @@
 set -u -o pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-cd "$ROOT"
+cd "$ROOT" || exit 2
 
 BUILD=${BUILD:-build}
 COMPARE_BIN=${COMPARE_BIN:-build/compare}
@@ -52,7 +52,7 @@ launch() {  # system ranks size repeat
   if [ "$size" = "$SMALL" ]; then iters=200; warm=20; else iters=5; warm=2; fi
   case $system in
     topoccl) cmd=("$BUILD/perf/all_reduce_perf" -b "$size" -e "$size" -n "$iters" -w "$warm" -c 1 -d float -o sum --csv) ;;
-    mpi) cmd=(--mca btl vader,self "$COMPARE_BIN/mpi_perf" --coll all_reduce -b "$size" -e "$size" -n "$iters" -w "$warm" -c 1 --csv) ;;
+    mpi) cmd=(--mca btl "vader,self" "$COMPARE_BIN/mpi_perf" --coll all_reduce -b "$size" -e "$size" -n "$iters" -w "$warm" -c 1 --csv) ;;
     *) echo "scaling.sh: unknown system $system" >&2; return 1 ;;
   esac
   local name="${system}__np${np}__${size}__r${rep}" start end rc
