@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A/B of one topoccl benchmark under two settings, interleaved, medians per size:
+# A/B of one topoccl benchmark under two settings, interleaved (ABBA...), medians per size:
 #   perf/compare/ab.sh NP COLL "BENCH_ARGS" REPEAT "ENV_A" "ENV_B"
 #   perf/compare/ab.sh 4 all_reduce "-b 8 -e 64K -f 8 -n 100 -w 20 -c 1" 3 \
 #       "NCCL_ALGO=allreduce:rd" "NCCL_ALGO=allreduce:direct"
@@ -15,7 +15,9 @@ bench="$BUILD/perf/${COLL}_perf"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for ((r = 1; r <= REPEAT; r++)); do
-  for v in A B; do
+  order="A B"
+  if ((r % 2 == 0)); then order="B A"; fi  # alternate, so that neither setting always runs first
+  for v in $order; do
     settings=ENV_$v
     flags=()
     for e in ${!settings}; do flags+=(-x "$e"); done

@@ -212,8 +212,8 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
     std::ostringstream routes;
     for (int r = 0; r < nranks_; ++r)
       if (r != rank_) routes << " " << r << ":" << transportFor(r).name();
-    TOPOCCL_INFO(log::kInit, "comm %s rank %d nranks %d hosts %d slice %zu B channels %d; peers via%s",
-                 options_.name.c_str(), rank_, nranks_, locality_->nhosts(), sliceBytes_, nchannels_,
+    TOPOCCL_INFO(log::kInit, "comm %s rank %d nranks %d hosts %d slice %zu B channels %d spin %u polls; peers via%s",
+                 options_.name.c_str(), rank_, nranks_, locality_->nhosts(), sliceBytes_, nchannels_, spinsBeforeYield_,
                  routes.str().c_str());
     TOPOCCL_INFO(log::kTuning, "selection table:\n%s", selection_->describe().c_str());
   }
