@@ -179,6 +179,11 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
     places.push_back({w.hostId, w.processToken});
   }
   locality_ = std::make_unique<topo::Locality>(std::move(places));
+  // Any pair over sockets (another host, or shm turned off by either end) slices for sockets; every rank
+  // sees the same wire data, so every rank decides alike.
+  bool socketPairs = locality_->nhosts() > 1;
+  for (const WireInfo& w : wire) socketPairs = socketPairs || !w.shmAllowed;
+  slicesPerStep_ = socketPairs ? Execution::kSlicesPerStepSockets : Execution::kSlicesPerStep;
   loadPlanFiles();
   if (params::kTopoFuse.get()) gatherClusterTopology();
   synthesizePlans();
@@ -212,8 +217,8 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
     std::ostringstream routes;
     for (int r = 0; r < nranks_; ++r)
       if (r != rank_) routes << " " << r << ":" << transportFor(r).name();
-    TOPOCCL_INFO(log::kInit, "comm %s rank %d nranks %d hosts %d slice %zu B channels %d spin %u polls; peers via%s",
-                 options_.name.c_str(), rank_, nranks_, locality_->nhosts(), sliceBytes_, nchannels_, spinsBeforeYield_,
+    TOPOCCL_INFO(log::kInit, "comm %s rank %d nranks %d hosts %d slice %zu B (>= %zu a step) channels %d spin %u polls; peers via%s",
+                 options_.name.c_str(), rank_, nranks_, locality_->nhosts(), sliceBytes_, slicesPerStep_, nchannels_, spinsBeforeYield_,
                  routes.str().c_str());
     TOPOCCL_INFO(log::kTuning, "selection table:\n%s", selection_->describe().c_str());
   }
@@ -582,7 +587,7 @@ std::unique_ptr<Execution> Communicator::buildCollective(const CollectiveArgs& a
   }
   std::string name = std::string(algo::collectiveName(args.collective)) + " (" + plan.name + ", " +
                      std::to_string(args.count) + " x " + dataTypeName(args.type) + ")";
-  return std::make_unique<Execution>(std::move(name), std::move(lanes), reduce, elem, sliceBytes_, &staging_);
+  return std::make_unique<Execution>(std::move(name), std::move(lanes), reduce, elem, sliceBytes_, &staging_, slicesPerStep_);
 }
 
 std::unique_ptr<Execution> Communicator::buildPointToPoint(const std::vector<const PointToPointArgs*>& ops) {
@@ -631,7 +636,7 @@ std::unique_ptr<Execution> Communicator::buildPointToPoint(const std::vector<con
     lanes.push_back(std::move(lane));
   }
   if (lanes.empty()) return nullptr;
-  return std::make_unique<Execution>("send/recv", std::move(lanes), nullptr, 1, sliceBytes_);
+  return std::make_unique<Execution>("send/recv", std::move(lanes), nullptr, 1, sliceBytes_, nullptr, slicesPerStep_);
 }
 
 void Communicator::runGroup(std::vector<Operation>& operations) {

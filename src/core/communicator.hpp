@@ -147,6 +147,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   transport::CommIdentity identity_;
   // Agreed at init (rank 0's values), so every rank builds the same plans and slices.
   size_t sliceBytes_ = 0;
+  size_t slicesPerStep_ = 16;  // Execution::kSlicesPerStep(Sockets): the same on every rank (from the init exchange)
   int nchannels_ = 1;
   std::chrono::milliseconds timeout_{60000};
   std::unique_ptr<algo::SelectionTable> selection_;

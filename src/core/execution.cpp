@@ -11,7 +11,7 @@ namespace topoccl::core {
 using algo::StepKind;
 
 Execution::Execution(std::string operation, std::vector<ResolvedLane> lanes, kernels::ReduceFn reduce,
-                     size_t elementSize, size_t sliceBytes, HostArena* stagingArena)
+                     size_t elementSize, size_t sliceBytes, HostArena* stagingArena, size_t slicesPerStep)
     : operation_(std::move(operation)),
       lanes_(std::move(lanes)),
       states_(lanes_.size()),
@@ -19,6 +19,7 @@ Execution::Execution(std::string operation, std::vector<ResolvedLane> lanes, ker
       elementSize_(elementSize == 0 ? 1 : elementSize) {
   // Slices hold whole elements so a slice can be reduced on its own.
   sliceBytes_ = std::max(elementSize_, sliceBytes / elementSize_ * elementSize_);
+  slicesPerStep_ = std::max<size_t>(1, slicesPerStep);
   arena_ = stagingArena ? stagingArena : &ownStaging_;
   stagingOf_.resize(lanes_.size());
   for (size_t l = 0; l < lanes_.size(); ++l) stagingOf_[l].assign(lanes_[l].steps.size(), nullptr);
@@ -64,7 +65,7 @@ size_t Execution::sliceLength(const LaneState& state, const ResolvedStep& step, 
 // size, so they cut it alike.
 size_t Execution::sliceBytesFor(size_t stepBytes) const {
   const size_t floor = std::min(kMinSliceBytes, sliceBytes_);
-  size_t slice = std::clamp(stepBytes / kSlicesPerStep / 4096 * 4096, floor, sliceBytes_);
+  size_t slice = std::clamp(stepBytes / slicesPerStep_ / 4096 * 4096, floor, sliceBytes_);
   return std::max(elementSize_, slice / elementSize_ * elementSize_);
 }
 

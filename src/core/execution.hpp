@@ -36,8 +36,16 @@ class Execution {
  public:
   // `stagingArena` (grow-only, owned by the caller) holds RecvReduceSend results, so repeated
   // operations reuse warm memory; null means the execution allocates its own.
+  // Shared memory: deep pipelines pay (2-rank all-reduce 1-4 MiB: 6.5-7 -> 9-13 GB/s busbw).
+  static constexpr size_t kSlicesPerStep = 16;
+  // Sockets: every slice costs syscalls on a CPU-bound loopback or NIC path; 2 slices of up to 512 KiB
+  // measured 1.1-1.7x 16 at 2-8 MiB (perf/RESULTS.md).
+  static constexpr size_t kSlicesPerStepSockets = 2;
+  // slicesPerStep: a step is cut into at least this many slices (of at most sliceBytes, at least 64 KiB);
+  // every rank of a communicator must pass the same value, so that both ends of a transfer cut alike.
   Execution(std::string operation, std::vector<ResolvedLane> lanes, kernels::ReduceFn reduce,
-            size_t elementSize, size_t sliceBytes, HostArena* stagingArena = nullptr);
+            size_t elementSize, size_t sliceBytes, HostArena* stagingArena = nullptr,
+            size_t slicesPerStep = kSlicesPerStep);
   Execution(const Execution&) = delete;
   Execution& operator=(const Execution&) = delete;
 
@@ -54,7 +62,6 @@ class Execution {
 
  private:
   static constexpr size_t kWindow = 4;  // receive slices in flight per lane
-  static constexpr size_t kSlicesPerStep = 16;
   static constexpr size_t kMinSliceBytes = 64 << 10;
 
   struct InFlightSend {
@@ -98,6 +105,7 @@ class Execution {
   kernels::ReduceFn reduce_;
   size_t elementSize_;
   size_t sliceBytes_;
+  size_t slicesPerStep_;
   bool moved_ = false;
   bool sendsToFlush_ = false;  // posted since the transports last progressed
   bool finished_ = false;
