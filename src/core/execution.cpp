@@ -60,7 +60,7 @@ size_t Execution::sliceLength(const LaneState& state, const ResolvedStep& step, 
   return std::min(state.sliceBytes, step.bytes - begin);
 }
 
-// A step is cut into at least kSlicesPerStep slices (so that sends, peer reads and reductions overlap)
+// A step is cut into at least slicesPerStep_ slices (so that sends, peer reads and reductions overlap)
 // of at most sliceBytes_, but none smaller than kMinSliceBytes. Both ends of a transfer see the same step
 // size, so they cut it alike.
 size_t Execution::sliceBytesFor(size_t stepBytes) const {

@@ -34,13 +34,14 @@ struct ResolvedLane {
 
 class Execution {
  public:
-  // `stagingArena` (grow-only, owned by the caller) holds RecvReduceSend results, so repeated
-  // operations reuse warm memory; null means the execution allocates its own.
   // Shared memory: deep pipelines pay (2-rank all-reduce 1-4 MiB: 6.5-7 -> 9-13 GB/s busbw).
   static constexpr size_t kSlicesPerStep = 16;
   // Sockets: every slice costs syscalls on a CPU-bound loopback or NIC path; 2 slices of up to 512 KiB
   // measured 1.1-1.7x 16 at 2-8 MiB (perf/RESULTS.md).
   static constexpr size_t kSlicesPerStepSockets = 2;
+
+  // `stagingArena` (grow-only, owned by the caller) holds RecvReduceSend results, so repeated
+  // operations reuse warm memory; null means the execution allocates its own.
   // slicesPerStep: a step is cut into at least this many slices (of at most sliceBytes, at least 64 KiB);
   // every rank of a communicator must pass the same value, so that both ends of a transfer cut alike.
   Execution(std::string operation, std::vector<ResolvedLane> lanes, kernels::ReduceFn reduce,
