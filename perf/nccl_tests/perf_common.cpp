@@ -1,6 +1,7 @@
 #include "perf_common.hpp"
 
 #include <CLI/CLI.hpp>
+#include "topoccl/nccl_ext.h"
 #include <nlohmann/json.hpp>
 
 #include <unistd.h>
@@ -35,6 +36,7 @@ struct Options {
   std::string op = "sum", type = "float", root = "0", output;
   bool csv = false, json = false;
   bool injectError = false;  // perturbs one received element per check: proves the check can fail
+  bool predict = false;      // print the cost model's time for the plan that ran (topocclCommPredict)
   // Accepted for nccl-tests compatibility; they configure GPU-only machinery and change nothing here.
   int parallelInit = 0, streamNull = 0, graph = 0, cputime = 0, localRegister = 0, timestamps = 0, memory = 0;
   int unalign = 0, perIter = 0, perIterSkip = 0, ctaPolicy = -1, deviceImpl = 0, deviceCtas = 16, timeout = 0;
@@ -175,6 +177,8 @@ struct Row {
   int root = -1;
   double time[2] = {0, 0}, algbw[2] = {0, 0}, busbw[2] = {0, 0};
   long long wrong[2] = {-1, -1};
+  std::string plan[2];                 // --predict: the plan that ran and the model's time for it
+  double predictedUs[2] = {0, 0};
 };
 
 class Runner {
@@ -211,6 +215,13 @@ class Runner {
     MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
     MPI_Comm_size(MPI_COMM_WORLD, &nprocs_);
     MPI_Comm_rank(MPI_COMM_WORLD, &proc_);
+#endif
+    // Every process's pid and host, for the "Using devices" block.
+    ProcessName me{static_cast<int64_t>(::getpid()), {}};
+    ::gethostname(me.host, sizeof me.host - 1);
+    processNames_.assign(static_cast<size_t>(nprocs_), me);
+#ifdef TOPOCCL_PERF_MPI
+    MPI_Allgather(&me, sizeof me, MPI_BYTE, processNames_.data(), sizeof me, MPI_BYTE, MPI_COMM_WORLD);
 #endif
     nranks_ = nprocs_ * o_.threads * o_.gpus;
     if (spec_.rooted) {
@@ -251,6 +262,11 @@ class Runner {
   size_t minBytes_ = 0, maxBytes_ = 0, step_ = 0;
   double factor_ = 0;
   int nprocs_ = 1, proc_ = 0, nranks_ = 1;
+  struct ProcessName {
+    int64_t pid;
+    char host[56];
+  };
+  std::vector<ProcessName> processNames_;
   std::vector<TypeInfo> types_;
   std::vector<OpInfo> ops_;
   std::vector<int> roots_;
@@ -288,15 +304,13 @@ class Runner {
                 (factor_ > 0 ? std::to_string(static_cast<int>(factor_)) + "(factor)" : std::to_string(step_) + "(bytes)").c_str(),
                 o_.warmup, o_.iters, o_.aggIters, o_.check, o_.graph, o_.unalign);
     std::printf("#\n# Using devices\n");
-    char host[64] = {};
-    ::gethostname(host, sizeof host - 1);
     for (int p = 0; p < nprocs_; ++p)
       for (int t = 0; t < o_.threads; ++t)
         for (int g = 0; g < o_.gpus; ++g) {
           const int rank = (p * o_.threads + t) * o_.gpus + g;
-          // Other processes' pids are not gathered: only this process's are known.
+          const ProcessName& name = processNames_[static_cast<size_t>(p)];
           std::printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [%04x:%02x:%02x] host memory (topoccl, CPU)\n", rank, 0,
-                      p == proc_ ? static_cast<int>(::getpid()) : 0, host, t * o_.gpus + g, 0, 0, 0);
+                      static_cast<int>(name.pid), name.host, t * o_.gpus + g, 0, 0, 0);
         }
     std::printf("#\n");
     std::printf("# %51s  %33s  %33s\n", "", "out-of-place", "in-place");
@@ -306,6 +320,21 @@ class Runner {
     for (int k = 0; k < 2; ++k) std::printf("  %7s  %6s  %6s  %6s", "(us)", "(GB/s)", "(GB/s)", "");
     std::printf("\n");
     std::fflush(stdout);
+  }
+
+  // nccl-tests' collective names without underscores are topocclCommPredict's ("all_reduce" -> "allreduce").
+  void predictRow(ncclComm_t comm, Row& row) {
+    std::string name = spec_.name;
+    std::erase(name, '_');
+    for (int k = 0; k < 2; ++k) {
+      topocclPrediction_t p{};
+      if (topocclCommPredict(comm, name.c_str(), row.bytes, k, &p) != ncclSuccess) {
+        row.plan[k] = std::string("none: ") + ncclGetLastError(comm);
+        continue;
+      }
+      row.plan[k] = p.plan;
+      row.predictedUs[k] = p.predictedUs;
+    }
   }
 
   void printRow(const Row& r) {
@@ -326,6 +355,17 @@ class Runner {
                     r.wrong[k] < 0 ? "N/A" : std::to_string(r.wrong[k]).c_str());
       }
       std::printf("\n");
+      if (o_.predict) {  // a comment line, so parsers of nccl-tests output skip it
+        std::printf("#  predicted");
+        for (int k = 0; k < 2; ++k) {
+          if (r.predictedUs[k] > 0)
+            std::printf("  %s: %s %.1f us, measured/predicted %.3f", k ? "in-place" : "out-of-place", r.plan[k].c_str(),
+                        r.predictedUs[k], r.time[k] / r.predictedUs[k]);
+          else
+            std::printf("  %s: %s", k ? "in-place" : "out-of-place", r.plan[k].c_str());
+        }
+        std::printf("\n");
+      }
     }
     std::fflush(stdout);
     // Let the launcher (mpirun) forward the row now, untimed: on a 2-core host it otherwise preempts the
@@ -349,6 +389,9 @@ class Runner {
                         {"redop", r.op}, {"root", r.root}, {"oop_time_us", r.time[0]}, {"oop_algbw", r.algbw[0]},
                         {"oop_busbw", r.busbw[0]}, {"oop_wrong", r.wrong[0]}, {"ip_time_us", r.time[1]}, {"ip_algbw", r.algbw[1]},
                         {"ip_busbw", r.busbw[1]}, {"ip_wrong", r.wrong[1]}});
+        if (o_.predict)
+          rows.back().update({{"oop_plan", r.plan[0]}, {"oop_predicted_us", r.predictedUs[0]}, {"ip_plan", r.plan[1]},
+                              {"ip_predicted_us", r.predictedUs[1]}});
       }
       const nlohmann::json doc = {{"program", program_}, {"nranks", nranks_}, {"rows", rows}, {"avg_busbw", avg},
                                   {"out_of_bounds", totalWrong_}};
@@ -529,6 +572,7 @@ class Runner {
       }
     }
     if (thread == 0) {
+      if (o_.predict && printing()) predictRow(rc[0].comm, row);
       rows_.push_back(row);
       printRow(row);
     }
@@ -559,6 +603,7 @@ class Runner {
           double want = 0;
           if (!spec_.expected(c.rank, nranks_, i, pc, root, op, inputValue, &st, want)) continue;
           if (t.isFloat && !std::isfinite(want)) continue;
+          if (op == ncclAvg && !t.isFloat) want = std::trunc(want);  // integer division, as NCCL's SumPostDiv
           const double got = load(c.recv, i, t.type);
           const double tol = (op == ncclAvg && t.isFloat) ? std::abs(want) * (t.size == 2 ? 1e-2 : 1e-6) : 0.0;
           if (!(std::abs(got - want) <= tol)) ++bad;
@@ -584,7 +629,8 @@ double reduceValues(ncclRedOp_t op, int nranks, double (*input)(int r, size_t j,
       default: break;
     }
   }
-  // Integer averages truncate like NCCL's; float averages are compared with a tolerance.
+  // The exact average; verify() truncates it for integer types (NCCL divides the integer sum), and
+  // compares floating ones with a tolerance.
   return op == ncclAvg ? v / nranks : v;
 }
 
@@ -612,6 +658,8 @@ int runPerf(const CollectiveSpec& spec, int argc, char** argv) {
   app.add_flag("--csv", o.csv, "print CSV rows instead of the table");
   app.add_flag("--json", o.json, "print a JSON document instead of the table");
   app.add_flag("--inject-error", o.injectError, "test the checker: perturb one received element of each check");
+  app.add_flag("--predict", o.predict,
+               "after each row, the plan that ran, the cost model's time for it and measured/predicted");
   // GPU-only nccl-tests flags, accepted so existing command lines run; host memory has nothing to configure.
   app.add_option("-p,--parallel_init", o.parallelInit, "accepted; creation is always parallel");
   app.add_option("-y,--stream_null", o.streamNull, "accepted (no streams on host memory)");

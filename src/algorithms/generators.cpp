@@ -478,6 +478,7 @@ const char* algorithmName(Algorithm a) noexcept {
     case Algorithm::RecursiveDoubling: return "recursive_doubling";
     case Algorithm::Tree: return "tree";
     case Algorithm::Direct: return "direct";
+    case Algorithm::Hierarchical: return "hierarchical";
   }
   return "unknown";
 }
@@ -493,6 +494,7 @@ std::optional<Algorithm> algorithmFromName(std::string_view name) noexcept {
   if (key == "recursive_doubling" || key == "rd") return Algorithm::RecursiveDoubling;
   if (key == "tree") return Algorithm::Tree;
   if (key == "direct") return Algorithm::Direct;
+  if (key == "hierarchical" || key == "hier") return Algorithm::Hierarchical;
   return std::nullopt;
 }
 
@@ -506,6 +508,7 @@ bool algorithmSupports(Algorithm a, Collective c) noexcept {
     case Algorithm::Direct:
       return c == Collective::AllReduce || c == Collective::AllToAll || c == Collective::Gather || c == Collective::Scatter ||
              c == Collective::AllGather || c == Collective::ReduceScatter;
+    case Algorithm::Hierarchical: return c == Collective::AllReduce;
   }
   return false;
 }
@@ -577,12 +580,76 @@ Plan directPlan(Collective c, int nranks, int root, int nchannels, Placement pla
   return b.finish(true, keepsOwnCopy);
 }
 
+Plan hierarchicalPlan(Collective c, const std::vector<int>& hostOfRank, int nchannels, Placement placement) {
+  const int n = static_cast<int>(hostOfRank.size());
+  checkArguments(Algorithm::Hierarchical, c, n, -1, nchannels);
+  // Ranks of each host in rank order: members[h][l] is host h's local rank l.
+  int hosts = 0;
+  for (int h : hostOfRank) {
+    if (h < 0 || h >= n) throwInvalidArgument("hierarchical plan: host index " + std::to_string(h) + " is out of range");
+    hosts = std::max(hosts, h + 1);
+  }
+  std::vector<std::vector<int>> members(static_cast<size_t>(hosts));
+  for (int r = 0; r < n; ++r) members[static_cast<size_t>(hostOfRank[static_cast<size_t>(r)])].push_back(r);
+  const int L = static_cast<int>(members.front().size());
+  for (int h = 0; h < hosts; ++h)
+    if (static_cast<int>(members[static_cast<size_t>(h)].size()) != L || L == 0)
+      throwInvalidArgument("hierarchical plan: host " + std::to_string(h) + " has " +
+                           std::to_string(members[static_cast<size_t>(h)].size()) + " ranks, host 0 has " +
+                           std::to_string(L) + "; every host needs the same number");
+  const int H = hosts;
+  if (n == 1) return singleRankPlan(Algorithm::Hierarchical, c, placement);
+  const auto rankAt = [&](int h, int l) { return members[static_cast<size_t>(mod(h, H))][static_cast<size_t>(mod(l, L))]; };
+  // Chunks: channel ch owns [ch*L*H, (ch+1)*L*H); within it, group g (local rank g's shard) is H chunks.
+  const auto perChannel = static_cast<uint32_t>(L * H);
+  PlanBuilder b(Algorithm::Hierarchical, c, n, -1, perChannel * static_cast<uint32_t>(nchannels));
+  for (int ch = 0; ch < nchannels; ++ch) {
+    const uint32_t base = static_cast<uint32_t>(ch) * perChannel;
+    for (int h = 0; h < H; ++h)
+      for (int l = 0; l < L; ++l) {
+        const int r = rankAt(h, l);
+        const auto group = [&](int g) { return base + static_cast<uint32_t>(mod(g, L) * H); };
+        const auto shardChunk = [&](int k) { return output(base + static_cast<uint32_t>(l * H + mod(k, H))); };
+        std::optional<StepRef> shardReady;
+        uint16_t intra = 0;
+        if (L > 1) {
+          intra = b.addLane(r, rankAt(h, l + 1), rankAt(h, l - 1), ch);
+          b.add(r, intra, send(input(group(l - 1), H)));
+          for (int s = 1; s <= L - 2; ++s) b.add(r, intra, recvReduceSend(input(group(l - 1 - s), H)));
+          shardReady = b.add(r, intra, recvReduceCopy(input(group(l), H), output(group(l), H)));
+        } else if (placement != Placement::InPlace) {
+          const uint16_t lane = b.addLane(r, -1, -1, ch);
+          shardReady = b.add(r, lane, copy(input(group(0), H), output(group(0), H)));
+        }
+        if (H > 1) {
+          const uint16_t inter = b.addLane(r, rankAt(h + 1, l), rankAt(h - 1, l), ch);
+          b.add(r, inter, after(send(shardChunk(h - 1)), shardReady));
+          for (int s = 1; s <= H - 2; ++s) b.add(r, inter, recvReduceSend(shardChunk(h - 1 - s)));
+          b.add(r, inter, recvReduceCopySend(shardChunk(h), shardChunk(h)));
+          for (int t = 1; t <= H - 2; ++t) b.add(r, inter, recvCopySend(shardChunk(h - t)));
+          shardReady = b.add(r, inter, recv(shardChunk(h + 1)));
+        }
+        if (L > 1) {
+          // After the inter-host lane finished the shard (one host: this lane's own last step, already in order).
+          b.add(r, intra, after(send(output(group(l), H)), H > 1 ? shardReady : std::nullopt));
+          for (int t = 1; t <= L - 2; ++t) b.add(r, intra, recvCopySend(output(group(l - t), H)));
+          b.add(r, intra, recv(output(group(l + 1), H)));
+        }
+      }
+  }
+  // One rank per host skips the input-to-output copy in place, so that plan is valid in place only.
+  return b.finish(true, !(L == 1 && placement == Placement::InPlace));
+}
+
 Plan makePlan(Algorithm algorithm, Collective c, int nranks, int root, int nchannels, Placement placement) {
   switch (algorithm) {
     case Algorithm::Ring: return ringPlan(c, nranks, root, nchannels, placement);
     case Algorithm::RecursiveDoubling: return recursiveDoublingPlan(c, nranks, root, nchannels, placement);
     case Algorithm::Tree: return treePlan(c, nranks, root, nchannels, placement);
     case Algorithm::Direct: return directPlan(c, nranks, root, nchannels, placement);
+    case Algorithm::Hierarchical:
+      checkArguments(algorithm, c, nranks, root, nchannels);
+      return hierarchicalPlan(c, std::vector<int>(static_cast<size_t>(nranks), 0), nchannels, placement);
   }
   throwInvalidArgument("unknown algorithm");
 }
@@ -591,7 +658,7 @@ Plan makePlan(std::string_view algorithmName, Collective c, int nranks, int root
   const std::optional<Algorithm> algorithm = algorithmFromName(algorithmName);
   if (!algorithm) {
     throwInvalidArgument("unknown algorithm '" + std::string(algorithmName) +
-                         "'; known: ring, recursive_doubling (rd), tree, direct");
+                         "'; known: ring, recursive_doubling (rd), tree, direct, hierarchical (hier)");
   }
   return makePlan(*algorithm, c, nranks, root, nchannels, placement);
 }

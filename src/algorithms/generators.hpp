@@ -15,17 +15,18 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "algorithms/plan.hpp"
 
 namespace topoccl::algo {
 
-enum class Algorithm : uint8_t { Ring, RecursiveDoubling, Tree, Direct };
-inline constexpr int kNumAlgorithms = 4;
+enum class Algorithm : uint8_t { Ring, RecursiveDoubling, Tree, Direct, Hierarchical };
+inline constexpr int kNumAlgorithms = 5;
 inline constexpr int kMaxChannels = 64;
 
-const char* algorithmName(Algorithm a) noexcept;  // "ring", "recursive_doubling", "tree", "direct"
-// Our names, case-insensitive: ring, recursive_doubling (or rd), tree, direct.
+const char* algorithmName(Algorithm a) noexcept;  // "ring", "recursive_doubling", "tree", "direct", "hierarchical"
+// Our names, case-insensitive: ring, recursive_doubling (or rd), tree, direct, hierarchical (or hier).
 std::optional<Algorithm> algorithmFromName(std::string_view name) noexcept;
 bool algorithmSupports(Algorithm a, Collective c) noexcept;
 
@@ -39,6 +40,13 @@ Plan ringPlan(Collective c, int nranks, int root, int nchannels, Placement place
 Plan recursiveDoublingPlan(Collective c, int nranks, int root, int nchannels, Placement placement = Placement::Any);
 Plan treePlan(Collective c, int nranks, int root, int nchannels, Placement placement = Placement::Any);
 Plan directPlan(Collective c, int nranks, int root, int nchannels, Placement placement = Placement::Any);
+// AllReduce over hosts: ring reduce-scatter inside each host (shared memory), then the ranks with the same
+// local index (one per host, the rank nearest rail l) all-reduce their shard in a ring across the hosts,
+// then ring all-gather inside each host. Each host sends 2 (H-1)/H S across the network in total instead of
+// the flat ring's 2 (n-1)/n S through each of its boundary ranks. hostOfRank[r] is rank r's host (0..H-1);
+// every host must hold the same number of ranks. makePlan() builds it for one host (plain ring RS + AG).
+Plan hierarchicalPlan(Collective c, const std::vector<int>& hostOfRank, int nchannels,
+                      Placement placement = Placement::Any);
 
 // Dispatch by algorithm. `root` is ignored by collectives that have none.
 Plan makePlan(Algorithm algorithm, Collective c, int nranks, int root, int nchannels,

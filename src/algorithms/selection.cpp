@@ -19,7 +19,8 @@ constexpr std::array<Collective, kNumCollectives> kCollectives = {
     Collective::Reduce,    Collective::AllToAll,  Collective::Gather,        Collective::Scatter};
 
 constexpr std::array<Algorithm, kNumAlgorithms> kAlgorithms = {Algorithm::Ring, Algorithm::RecursiveDoubling,
-                                                               Algorithm::Tree, Algorithm::Direct};
+                                                               Algorithm::Tree, Algorithm::Direct,
+                                                               Algorithm::Hierarchical};
 
 Mask supportedMask(Collective c) {
   Mask m = 0;
@@ -96,7 +97,7 @@ Mask parseList(std::string_view whole, std::string_view list) {
     const std::optional<Mask> m = algorithmsNamed(token);
     if (!m) {
       badAlgo(whole, "unknown algorithm '" + std::string(token) +
-                         "' (known: ring, tree, rd, recursive_doubling, direct, and NCCL's Ring, Tree, "
+                         "' (known: ring, tree, rd, recursive_doubling, direct, hierarchical, and NCCL's Ring, Tree, "
                          "CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT)");
     }
     named |= *m;
@@ -170,6 +171,7 @@ SelectionTable SelectionTable::defaults() {
   SelectionTable t;
   t.addRow({Collective::AllReduce, 3, kDirectAllReduceMaxRanks, 0, kDirectAllReduceMaxBytes, Algorithm::Direct, 1});
   t.addRow({Collective::AllReduce, 1, INT32_MAX, 0, kRecursiveDoublingMaxBytes, Algorithm::RecursiveDoubling});
+  t.addRow({Collective::AllReduce, 1, INT32_MAX, kHierarchicalMinBytes, UINT64_MAX, Algorithm::Hierarchical, INT32_MAX, 2});
   t.addRow({Collective::AllReduce, 1, INT32_MAX, kRecursiveDoublingMaxBytes, UINT64_MAX, Algorithm::Ring});
   t.addRow({Collective::AllGather, 1, INT32_MAX, 0, kDirectMaxBytes, Algorithm::Direct});
   t.addRow({Collective::AllGather, 1, INT32_MAX, kDirectMaxBytes, UINT64_MAX, Algorithm::Ring});
@@ -195,7 +197,8 @@ Algorithm SelectionTable::choose(Collective c, uint64_t bytes, int nranks, int n
   if (nranks < 1) throwInvalidArgument("algorithm selection: nranks " + std::to_string(nranks) + " must be at least 1");
   const auto usable = [&](Algorithm a) { return algorithmSupports(a, c) && filter_.allows(c, a); };
   for (const SelectionRow& row : rows_) {
-    if (row.collective == c && nranks >= row.minRanks && nranks <= row.maxRanks && nhosts <= row.maxHosts && bytes >= row.minBytes &&
+    if (row.collective == c && nranks >= row.minRanks && nranks <= row.maxRanks && nhosts <= row.maxHosts &&
+        nhosts >= row.minHosts && bytes >= row.minBytes &&
         (row.maxBytes == UINT64_MAX || bytes < row.maxBytes) && usable(row.algorithm)) {
       return row.algorithm;
     }
@@ -211,7 +214,8 @@ Algorithm SelectionTable::choose(Collective c, uint64_t bytes, int nranks, int n
     const SelectionRow* nearest = nullptr;
     for (const SelectionRow& row : rows_) {
       if (row.collective != c || !usable(row.algorithm)) continue;
-      if (matchRanks && (nranks < row.minRanks || nranks > row.maxRanks || nhosts > row.maxHosts)) continue;
+      if (matchRanks && (nranks < row.minRanks || nranks > row.maxRanks || nhosts > row.maxHosts || nhosts < row.minHosts))
+        continue;
       // Equally near outside their ranges: the later row, which the table means for larger sizes.
       const uint64_t d = distance(row);
       if (!nearest || d < distance(*nearest) || (d > 0 && d == distance(*nearest))) nearest = &row;
@@ -234,6 +238,7 @@ std::string SelectionTable::describe() const {
                             : std::to_string(row.minRanks) + ".." +
                                   (row.maxRanks == INT32_MAX ? std::string("") : std::to_string(row.maxRanks));
     if (row.maxHosts != INT32_MAX) ranks += row.maxHosts == 1 ? ", 1 host" : ", <=" + std::to_string(row.maxHosts) + " hosts";
+    if (row.minHosts > 1) ranks += ", >=" + std::to_string(row.minHosts) + " hosts";
     const std::string bytes = "[" + bytesText(row.minBytes) + ", " + bytesText(row.maxBytes) + ")";
     std::string algorithm = algorithmName(row.algorithm);
     if (!filter_.allows(row.collective, row.algorithm)) algorithm += " (excluded by NCCL_ALGO)";

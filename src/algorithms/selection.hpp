@@ -35,6 +35,10 @@ inline constexpr uint64_t kDirectMaxBytes = 64 << 10;
 //   took 0.59-0.93x recursive doubling's time up to 64 KiB; on 2 ranks both are one round.
 inline constexpr uint64_t kDirectAllReduceMaxBytes = 64 << 10;
 inline constexpr int kDirectAllReduceMaxRanks = 8;  // and one host: across NICs the n-1 copies cost bandwidth
+// - Hierarchical AllReduce (RS inside hosts, shards across hosts per rail, AG inside hosts) sends
+//   2 (H-1)/H S per host across the network where the flat ring sends 2 (n-1)/n S through each host's
+//   boundary rank pair, at 2 (L-1) + 2 (H-1) steps instead of 2 (n-1). From the ring's threshold up.
+inline constexpr uint64_t kHierarchicalMinBytes = kRecursiveDoublingMaxBytes;
 
 struct SelectionRow {
   Collective collective = Collective::AllReduce;
@@ -44,6 +48,7 @@ struct SelectionRow {
   uint64_t maxBytes = UINT64_MAX;  // exclusive; UINT64_MAX: no upper bound
   Algorithm algorithm = Algorithm::Ring;
   int maxHosts = INT32_MAX;        // inclusive: rows for traffic patterns only one host's memory absorbs
+  int minHosts = 1;                // inclusive: rows for plans that only pay off across hosts
 };
 
 // Which algorithms the user allows, per collective. NCCL_ALGO syntax: `[^]list[;coll:[^]list...]`,

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <thread>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "common/params.hpp"
 #include "core/communicator.hpp"
 #include "transport/shm/shared_allocation.hpp"
+#include "topoccl/nccl_ext.h"
 
 using topoccl::DataType;
 using topoccl::Error;
@@ -453,6 +455,28 @@ TOPOCCL_EXPORT ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t
     }
     *asyncError = comm->impl->asyncError();
     if (*asyncError != ncclSuccess && *asyncError != ncclInProgress) setLastError(comm->impl->asyncErrorMessage());
+    return ncclSuccess;
+  });
+}
+
+extern "C" TOPOCCL_EXPORT ncclResult_t topocclCommPredict(ncclComm_t comm, const char* collective, size_t bytes,
+                                                         int inPlace, topocclPrediction_t* prediction) {
+  return guarded("topocclCommPredict", [&] {
+    ncclComm* c = checkComm(comm, "topocclCommPredict");
+    if (!prediction) badArgument("topocclCommPredict", "prediction is NULL");
+    if (!collective) badArgument("topocclCommPredict", "collective is NULL");
+    std::optional<topoccl::algo::Collective> which;
+    for (int k = 0; k < topoccl::algo::kNumCollectives; ++k)
+      if (std::strcmp(collective, topoccl::algo::collectiveName(static_cast<topoccl::algo::Collective>(k))) == 0)
+        which = static_cast<topoccl::algo::Collective>(k);
+    if (!which)
+      badArgument("topocclCommPredict", std::string("collective '") + collective +
+                                            "' is not allreduce, allgather, reducescatter, broadcast, reduce, alltoall, "
+                                            "gather or scatter");
+    const topoccl::core::Communicator::Prediction p = c->impl->predict(*which, bytes, inPlace != 0);
+    std::memset(prediction, 0, sizeof(*prediction));
+    std::strncpy(prediction->plan, p.plan.c_str(), sizeof(prediction->plan) - 1);
+    prediction->predictedUs = p.micros;
     return ncclSuccess;
   });
 }

@@ -366,10 +366,14 @@ FileDescriptor acceptConnection(int listenFd, bool nonBlocking, SocketAddress* p
   }
 }
 
-FileDescriptor startConnect(const SocketAddress& to, const std::string& what) {
+FileDescriptor startConnect(const SocketAddress& to, const std::string& what, const SocketAddress* from) {
   FileDescriptor fd(::socket(to.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!fd) throwSystemError(what + ": socket() for a connection to " + to.toString() + " failed");
   setNoDelay(fd.get());
+  if (from != nullptr && from->length() > 0 && from->family() == to.family() &&
+      ::bind(fd.get(), from->raw(), from->length()) != 0)
+    throwSystemError(what + ": cannot bind the connection to " + to.toString() + " to local address " + from->host() +
+                     " (is that interface up on this host?)");
   while (::connect(fd.get(), to.raw(), to.length()) != 0) {
     if (errno == EINTR) continue;
     if (errno == EINPROGRESS) break;

@@ -115,7 +115,8 @@ Listener listenOn(const SocketAddress& address, bool reuseAddress, bool nonBlock
 FileDescriptor acceptConnection(int listenFd, bool nonBlocking, SocketAddress* peerOut, const std::string& what);
 // socket() + non-blocking connect(); returns at once (EINPROGRESS is normal). Fatal local errors
 // throw ncclSystemError; a refusal shows up later in finishConnect.
-FileDescriptor startConnect(const SocketAddress& to, const std::string& what);
+// `from` (port 0) binds the source address first, so the connection leaves through that interface.
+FileDescriptor startConnect(const SocketAddress& to, const std::string& what, const SocketAddress* from = nullptr);
 // After the socket polled writable: 0 when connected, else the errno of the failed attempt.
 int finishConnect(int fd);
 

@@ -40,7 +40,7 @@ inline const Param<int64_t> kShmZeroCopyThreshold{"TOPOCCL_SHM_ZERO_COPY_THRESHO
 inline const Param<int64_t> kShmCmaThreshold{"TOPOCCL_SHM_CMA_THRESHOLD", 65536,
                                              "Messages at least this large move by CMA instead of the shm FIFO"};
 inline const Param<int64_t> kNSocks{"NCCL_NSOCKS_PERTHREAD", 0,
-                                    "TCP streams per connection; 0 = 1 to a peer on the same host, 2 to another host"};
+                                    "TCP streams per NIC pair of a connection; 0 = 1 to a peer on the same host, else 2 over one NIC pair and 1 per pair over several"};
 inline const Param<int64_t> kBuffSize{"NCCL_BUFFSIZE", 4 << 20, "Per-connection FIFO payload ring bytes (shm)"};
 inline const Param<int64_t> kShmSlots{"TOPOCCL_SHM_SLOTS", 256,
                                       "Messages (or fragments) in flight per shm connection: one-cache-line descriptors"};
@@ -64,6 +64,12 @@ inline const Param<std::string> kNcclTopoFile{"NCCL_TOPO_FILE", "",
                                               "NCCL's topology file; used when TOPOCCL_TOPO_FILE is not set"};
 inline const Param<std::string> kMscclXmlFiles{"MSCCL_XML_FILES", "",
     "MSCCL XML plans (':' or ',' separated) used for the collective, rank count, layout and size range they declare"};
+inline const Param<std::string> kClusterFile{"TOPOCCL_CLUSTER_FILE", "",
+    "Cluster file (JSON, topoccl-cluster): hosts, ranks per host, NICs with address, Gbit/s, rail and nearest ranks; "
+    "the socket transport uses those NICs, weighted by speed, and the cluster graph is built from it"};
+inline const Param<std::string> kNetNics{"TOPOCCL_NET_NICS", "all",
+    "Which NICs a connection to another host uses: all (striped in proportion to speed) or near (the dialling "
+    "rank's nearest NICs per the cluster file)"};
 inline const Param<bool> kTopoFuse{"TOPOCCL_TOPO_FUSE", true,
                                    "Gather every host's topology at communicator creation and fuse the cluster graph"};
 inline const Param<std::string> kTopoDumpFile{"TOPOCCL_TOPO_DUMP_FILE", "",

@@ -3,15 +3,19 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <algorithm>
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
 
+#include "algorithms/simulator.hpp"
+#include "algorithms/cost_model.hpp"
 #include "algorithms/msccl_xml.hpp"
 #include "algorithms/selection.hpp"
 #include "algorithms/synthesizer/plan_cache.hpp"
@@ -24,6 +28,7 @@
 #include "core/execution.hpp"
 #include "kernels/host_reduce.hpp"
 #include "topology/cluster.hpp"
+#include "topology/cluster_file.hpp"
 #include "topology/discovery.hpp"
 #include "transport/local/local_transport.hpp"
 #include "transport/shm/shm_transport.hpp"
@@ -60,6 +65,70 @@ std::string hostIdentity() {
   return std::string(host) + "/" + bootId;
 }
 
+// TOPOCCL_CLUSTER_FILE, loaded once per process, and this host's entry in it: the one whose NIC addresses this
+// machine has. Every NIC of that entry must exist here under its name with its address, so a file that
+// disagrees with the machine is an error at creation rather than traffic on the wrong wire.
+struct ClusterView {
+  topo::ClusterFile file;
+  const topo::ClusterHost* host = nullptr;
+};
+
+const ClusterView* clusterView() {
+  static std::mutex mutex;
+  static std::map<std::string, std::unique_ptr<ClusterView>> byPath;
+  const std::string path = params::kClusterFile.get();
+  if (path.empty()) return nullptr;
+  std::lock_guard lock(mutex);
+  auto& slot = byPath[path];
+  if (slot) return slot.get();
+  auto view = std::make_unique<ClusterView>();
+  view->file = topo::loadClusterFile(path);
+  const auto interfaces = bootstrap::listInterfaces();
+  std::string have;
+  for (const auto& itf : interfaces) {
+    have += (have.empty() ? "" : ", ") + itf.name + " " + itf.address.host();
+    if (!view->host) view->host = view->file.hostWithAddress(itf.address.host());
+  }
+  const std::string where = std::string(params::kClusterFile.name()) + "=" + path;
+  if (!view->host) throwInvalidArgument(where + ": no host in the file has an address of this machine (" + have + ")");
+  for (const topo::ClusterNic& nic : view->host->nics) {
+    const auto found = std::find_if(interfaces.begin(), interfaces.end(),
+                                    [&](const auto& itf) { return itf.address.host() == nic.address; });
+    if (found == interfaces.end())
+      throwInvalidArgument(where + ": host " + view->host->name + " NIC " + nic.name + " should have address " +
+                           nic.address + ", which no interface here has (" + have + ")");
+    if (found->name != nic.name)
+      throwInvalidArgument(where + ": host " + view->host->name + " NIC " + nic.name + ": address " + nic.address +
+                           " is on interface " + found->name + " here, not " + nic.name);
+  }
+  slot = std::move(view);
+  return slot.get();
+}
+
+// The NICs the socket transport listens and sends on: the cluster file's for this host; else, when
+// NCCL_SOCKET_IFNAME is set, every interface it matches (one address each, speed from sysfs); else none,
+// and the transport takes the one interface bootstrap would.
+std::vector<transport::LocalNic> dataNics(const ClusterView* view) {
+  std::vector<transport::LocalNic> nics;
+  if (view) {
+    for (const topo::ClusterNic& nic : view->host->nics)
+      nics.push_back({nic.name, bootstrap::SocketAddress::parse(nic.address + ":0"),
+                      nic.goodputGbps > 0 ? nic.goodputGbps : nic.gbps, nic.rail, true});  // fitted goodput weighs best
+    return nics;
+  }
+  const std::string spec = params::kSocketIfname.get();
+  if (spec.empty()) return nics;
+  std::set<std::string> seen;
+  for (const auto& itf : bootstrap::orderInterfaces(bootstrap::listInterfaces(), spec, bootstrap::configuredFamily(), {})) {
+    if (!seen.insert(itf.name).second || nics.size() == 4) continue;
+    double gbps = 0;
+    int64_t mbits = 0;
+    if (std::ifstream("/sys/class/net/" + itf.name + "/speed") >> mbits; mbits > 0) gbps = static_cast<double>(mbits) / 1000.0;
+    nics.push_back({itf.name, itf.address, gbps, static_cast<int>(nics.size()), true});
+  }
+  return nics;
+}
+
 // This host's serialized report, discovered once per process (every communicator of the process asks).
 // An empty result carries the reason the host could not describe itself.
 struct HostReportCache {
@@ -74,13 +143,25 @@ const HostReportCache& hostReport(const std::string& hostId) {
   auto [it, inserted] = byHost.try_emplace(hostId);
   if (inserted) {
     try {
-      it->second.report = topo::serializeHostReport({hostId, topo::loadHostTopology()});
+      const ClusterView* view = clusterView();
+      it->second.report =
+          topo::serializeHostReport({hostId, view ? topo::hostTopology(*view->host, params::kNetNics.get() != "near")
+                                                   : topo::loadHostTopology()});
     } catch (const std::exception& e) {
       it->second.problem = e.what();
     }
   }
   return it->second;
 }
+
+constexpr int kMaxWireNics = 4;
+struct WireNic {
+  char name[16];
+  char address[64];  // "ip:port" of the listener
+  double gbps;
+  int32_t rail;
+  uint32_t nearRanks;  // bit i: local rank i is nearest this NIC (cluster file); all ones: every rank
+};
 
 // What each rank publishes at init; fixed size so one allGather carries it.
 struct WireInfo {
@@ -94,6 +175,8 @@ struct WireInfo {
   char hostId[160];
   char socketAddress[80];
   char algo[256];
+  int32_t nicCount;
+  WireNic nics[kMaxWireNics];
 };
 
 void copyText(char* dst, size_t size, const std::string& text, const char* what) {
@@ -143,8 +226,10 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
   bootstrap_ = bootstrap::Bootstrap::join(id, rank_, nranks_, timeout_);
   identity_ = {bootstrap::commHash(id), id.secret, rank_, nranks_};
 
-  std::string socketAddress;
-  socketTransport_ = transport::makeSocketTransport(identity_, &socketAddress, hostIdentity());
+  const ClusterView* cluster = clusterView();
+  std::vector<transport::NicEndpoint> listening;
+  socketTransport_ = transport::makeSocketTransport(identity_, dataNics(cluster), &listening, hostIdentity());
+  const std::string socketAddress = listening.front().address;
 
   std::vector<WireInfo> wire(nranks_);
   WireInfo& mine = wire[rank_];
@@ -159,6 +244,19 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
   copyText(mine.hostId, sizeof(mine.hostId), hostIdentity(), "host id");
   copyText(mine.socketAddress, sizeof(mine.socketAddress), socketAddress, "socket address");
   copyText(mine.algo, sizeof(mine.algo), params::kAlgo.get(), "NCCL_ALGO");
+  mine.nicCount = static_cast<int32_t>(std::min<size_t>(listening.size(), kMaxWireNics));
+  for (int i = 0; i < mine.nicCount; ++i) {
+    WireNic& nic = mine.nics[i];
+    copyText(nic.name, sizeof(nic.name), listening[i].name, "interface name");
+    copyText(nic.address, sizeof(nic.address), listening[i].address, "socket address");
+    nic.gbps = listening[i].gbps;
+    nic.rail = listening[i].rail;
+    nic.nearRanks = ~0u;
+    if (cluster && !cluster->host->nics[i].nearRanks.empty()) {
+      nic.nearRanks = 0;
+      for (int local : cluster->host->nics[i].nearRanks) nic.nearRanks |= local < 32 ? 1u << local : 0;
+    }
+  }
   bootstrap_->allGather(wire.data(), sizeof(WireInfo));
 
   // Settings that must agree come from rank 0, so no rank can pick a different plan or slicing.
@@ -179,6 +277,26 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
     places.push_back({w.hostId, w.processToken});
   }
   locality_ = std::make_unique<topo::Locality>(std::move(places));
+  for (int r = 0; r < nranks_; ++r) {
+    const auto& onHost = locality_->ranksOnHost(locality_->hostIndex(r));
+    const int local = static_cast<int>(std::find(onHost.begin(), onHost.end(), r) - onHost.begin());
+    for (int i = 0; i < std::min(wire[r].nicCount, kMaxWireNics); ++i) {
+      const WireNic& nic = wire[r].nics[i];
+      peers_[r].nics.push_back({nic.name, nic.address, nic.gbps, nic.rail, local < 32 && ((nic.nearRanks >> local) & 1u)});
+    }
+  }
+  socketTransport_->setSelf(peers_[rank_]);
+  if (cluster && rank_ == 0) {
+    for (int host = 0; host < locality_->nhosts(); ++host) {
+      const int first = locality_->ranksOnHost(host).front();
+      const topo::ClusterHost* entry = nullptr;
+      for (const auto& nic : peers_[first].nics)
+        if (!entry) entry = cluster->file.hostWithAddress(bootstrap::SocketAddress::parse(nic.address).host());
+      if (entry && static_cast<size_t>(entry->ranks) != locality_->ranksOnHost(host).size())
+        TOPOCCL_WARN("%s: host %s runs %zu ranks of this communicator, the file says %d", params::kClusterFile.name(),
+                     entry->name.c_str(), locality_->ranksOnHost(host).size(), entry->ranks);
+    }
+  }
   // Any pair over sockets (another host, or shm turned off by either end) slices for sockets; every rank
   // sees the same wire data, so every rank decides alike.
   bool socketPairs = locality_->nhosts() > 1;
@@ -206,7 +324,11 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
     CPU_ZERO(&cpus);
     // A rank pinned to one core (mpirun binds when ranks <= cores) has that core to itself.
     const int affinity = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
-    const size_t localRanks = locality_->ranksOnHost(locality_->hostIndex(rank_)).size();
+    // Ranks that share this machine's cores: same boot id (the host id's tail), which also counts the
+    // "hosts" of a namespace-emulated cluster, whose ranks all run on one machine's cores.
+    const auto bootOf = [](const std::string& hostId) { return hostId.substr(hostId.rfind('/') + 1); };
+    size_t localRanks = 0;
+    for (const auto& peer : peers_) localRanks += bootOf(peer.hostId) == bootOf(peers_[rank_].hostId);
     const int cores = affinity == 1 ? static_cast<int>(localRanks) : std::max<int>(1, affinity);
     const int64_t configured = params::kSpinPolls.get();
     if (configured < 0) throwInvalidArgument(std::string(params::kSpinPolls.name()) + "=" + std::to_string(configured) + " must be >= 0");
@@ -261,7 +383,9 @@ void Communicator::gatherClusterTopology() {
       reports.push_back(topo::parseHostReport(std::string(all.data() + static_cast<size_t>(r) * widest, sizes[r])));
     }
     if (reports.size() != static_cast<size_t>(locality_->nhosts())) return;  // warned above
-    auto fused = std::make_shared<topo::Topology>(topo::fuseHosts(reports, topo::FuseOptions{}));
+    topo::FuseOptions options;
+    if (const ClusterView* view = clusterView()) options.network.latencyUs = topo::networkLinkLatencyUs(view->file);
+    auto fused = std::make_shared<topo::Topology>(topo::fuseHosts(reports, options));
     const std::vector<std::string> order = topo::fusedHostOrder(reports);
     clusterHostOfRank_.assign(nranks_, -1);
     for (int r = 0; r < nranks_; ++r)
@@ -308,10 +432,23 @@ transport::Connection* Communicator::connection(int peer, int channel) {
   return slot.get();
 }
 
+// The table's choice; a hierarchical plan needs every host to hold the same number of ranks, else the ring.
+algo::Algorithm Communicator::chooseAlgorithm(algo::Collective collective, size_t bytes) const {
+  const algo::Algorithm chosen = selection_->choose(collective, bytes, nranks_, locality_->nhosts());
+  if (chosen != algo::Algorithm::Hierarchical) return chosen;
+  for (int host = 0; host < locality_->nhosts(); ++host)
+    if (locality_->ranksOnHost(host).size() != locality_->ranksOnHost(0).size()) return algo::Algorithm::Ring;
+  return chosen;
+}
+
 const algo::Plan& Communicator::planFor(algo::Algorithm algorithm, algo::Collective collective, int root) {
   auto& slot = plans_[{static_cast<int>(algorithm), static_cast<int>(collective), root}];
   if (!slot) {
-    auto plan = std::make_unique<algo::Plan>(algo::makePlan(algorithm, collective, nranks_, root, nchannels_));
+    std::vector<int> hostOfRank(static_cast<size_t>(nranks_));
+    for (int r = 0; r < nranks_; ++r) hostOfRank[static_cast<size_t>(r)] = locality_->hostIndex(r);
+    auto plan = std::make_unique<algo::Plan>(algorithm == algo::Algorithm::Hierarchical
+                                                 ? algo::hierarchicalPlan(collective, hostOfRank, nchannels_)
+                                                 : algo::makePlan(algorithm, collective, nranks_, root, nchannels_));
     algo::validateOrThrow(*plan);
     TOPOCCL_INFO(log::kColl, "plan %s for %s root %d: %zu lanes on rank %d", plan->name.c_str(),
                  algo::collectiveName(collective), root, plan->ranks[rank_].lanes.size(), rank_);
@@ -361,6 +498,55 @@ void Communicator::loadPlanFiles() {
 // graph (through the plan cache), and sends every rank the MSCCL XML, so all ranks run the same plans whatever
 // their clocks did to the time budget. Ranks sit on their host's GPUs in order when the host has enough, else on
 // its first CPU. A model that cannot be built (no route between hosts) is a warning: the table decides then.
+// Where each rank runs in the cluster graph: its host's GPUs in order when the host has one per rank, else
+// the host's first CPU (host-memory ranks).
+std::vector<topo::VertexId> Communicator::rankDevices() const {
+  const topo::Topology& t = *clusterTopology_;
+  std::vector<topo::VertexId> devices(nranks_, -1);
+  for (int host = 0; host < locality_->nhosts(); ++host) {
+    const std::vector<int> ranks = locality_->ranksOnHost(host);
+    const int fusedHost = clusterHost(ranks.front());
+    std::vector<topo::VertexId> gpus, cpus;
+    for (topo::VertexId v : t.gpus())
+      if (t.vertex(v).host == fusedHost) gpus.push_back(v);
+    for (topo::VertexId v : t.verticesOfKind(topo::VertexKind::Cpu))
+      if (t.vertex(v).host == fusedHost) cpus.push_back(v);
+    if (gpus.size() < ranks.size() && cpus.empty()) throwInvalidUsage("host " + peers_[ranks.front()].hostId + " has no CPU vertex");
+    for (size_t i = 0; i < ranks.size(); ++i) devices[ranks[i]] = gpus.size() >= ranks.size() ? gpus[i] : cpus.front();
+  }
+  return devices;
+}
+
+Communicator::Prediction Communicator::predict(algo::Collective collective, size_t bytes, bool inPlace) const {
+  if (!clusterTopology_) throwInvalidUsage("no cluster graph to simulate on (TOPOCCL_TOPO_FUSE=0, or a host could not describe itself)");
+  CollectiveArgs args;
+  args.collective = collective;
+  const algo::Plan* fromFile = planFileFor(args, bytes, inPlace);
+  // Built afresh rather than taken from plans_, which the progress engine owns.
+  std::optional<algo::Plan> built;
+  if (!fromFile) {
+    const algo::Algorithm algorithm = chooseAlgorithm(collective, bytes);
+    std::vector<int> hostOfRank(static_cast<size_t>(nranks_));
+    for (int r = 0; r < nranks_; ++r) hostOfRank[static_cast<size_t>(r)] = locality_->hostIndex(r);
+    built = algorithm == algo::Algorithm::Hierarchical ? algo::hierarchicalPlan(collective, hostOfRank, nchannels_)
+                                                       : algo::makePlan(algorithm, collective, nranks_, 0, nchannels_);
+  }
+  const algo::Plan& plan = fromFile ? *fromFile : *built;
+  const algo::CostModel model = algo::CostModel::fromTopology(*clusterTopology_, rankDevices());
+  // The executor cuts a step into >= slicesPerStep_ slices of at most sliceBytes_; model the typical step.
+  const double stepBytes = static_cast<double>(bytes) / std::max<uint32_t>(1, plan.chunksPerBlock) /
+                           (collective == algo::Collective::AllReduce || collective == algo::Collective::Broadcast ||
+                                    collective == algo::Collective::Reduce
+                                ? 1.0
+                                : static_cast<double>(nranks_));
+  const auto slices = static_cast<uint32_t>(std::clamp<double>(std::ceil(stepBytes / static_cast<double>(sliceBytes_)),
+                                                               static_cast<double>(slicesPerStep_), 64.0));
+  algo::SimOptions options;
+  options.slices = slices;
+  options.recordEvents = false;
+  return {plan.name, algo::simulate(plan, bytes, model, options).finishUs};
+}
+
 void Communicator::synthesizePlans() {
   std::string list = params::kSynthesize.get();
   if (list.empty() || nranks_ < 2) return;
@@ -397,18 +583,7 @@ void Communicator::synthesizePlans() {
     try {
       if (!clusterTopology_) throwInvalidUsage("no cluster graph (TOPOCCL_TOPO_FUSE=0, or a host could not describe itself)");
       const topo::Topology& t = *clusterTopology_;
-      std::vector<topo::VertexId> devices(nranks_, -1);
-      for (int host = 0; host < locality_->nhosts(); ++host) {
-        const std::vector<int> ranks = locality_->ranksOnHost(host);
-        const int fusedHost = clusterHost(ranks.front());
-        std::vector<topo::VertexId> gpus, cpus;
-        for (topo::VertexId v : t.gpus())
-          if (t.vertex(v).host == fusedHost) gpus.push_back(v);
-        for (topo::VertexId v : t.verticesOfKind(topo::VertexKind::Cpu))
-          if (t.vertex(v).host == fusedHost) cpus.push_back(v);
-        if (gpus.size() < ranks.size() && cpus.empty()) throwInvalidUsage("host " + peers_[ranks.front()].hostId + " has no CPU vertex");
-        for (size_t i = 0; i < ranks.size(); ++i) devices[ranks[i]] = gpus.size() >= ranks.size() ? gpus[i] : cpus.front();
-      }
+      const std::vector<topo::VertexId> devices = rankDevices();
       const algo::synth::PlanCache cache = algo::synth::PlanCache::fromParams();
       algo::synth::SynthOptions options;
       options.budgetSeconds = static_cast<double>(params::kSynthBudgetMs.get()) / 1000.0;
@@ -482,7 +657,7 @@ std::string Communicator::chosenAlgorithm(algo::Collective collective, size_t by
   CollectiveArgs args;
   args.collective = collective;
   if (const algo::Plan* plan = planFileFor(args, bytes, inPlace)) return plan->name;
-  return algo::algorithmName(selection_->choose(collective, bytes, nranks_, locality_->nhosts()));
+  return algo::algorithmName(chooseAlgorithm(collective, bytes));
 }
 
 std::unique_ptr<Execution> Communicator::buildCollective(const CollectiveArgs& args,
@@ -500,7 +675,7 @@ std::unique_ptr<Execution> Communicator::buildCollective(const CollectiveArgs& a
   const size_t callBytes = selectionBytes(args, nranks_, elem);
   const algo::Plan* fromFile = planFileFor(args, callBytes, inPlace);
   const algo::Plan& plan =
-      fromFile ? *fromFile : planFor(selection_->choose(args.collective, callBytes, nranks_, locality_->nhosts()), args.collective, args.root);
+      fromFile ? *fromFile : planFor(chooseAlgorithm(args.collective, callBytes), args.collective, args.root);
 
   // Lower the reduction: PreMulSum and floating Avg scale each input once up front; integer Avg
   // sums and divides the result. Kernels only ever see Sum/Prod/Max/Min.
@@ -696,10 +871,23 @@ void Communicator::runGroup(std::vector<Operation>& operations) {
       idle = 0;
       continue;
     }
-    // Spin while our ranks have cores to themselves; yield (then sleep) soon when they share them.
+    // Spin while our ranks have cores to themselves; yield (then sleep) soon when they share them. When
+    // every connection in play is a socket, sleep in poll() instead: spinning on recv() would take the
+    // CPU the kernel's TCP stack needs to move the data we wait for.
     ++idle;
-    if (idle > spinsBeforeYield_) sched_yield();
-    if (idle > spinsBeforeYield_ + 4096) usleep(50);
+    bool slept = false;
+    if (idle > std::min(spinsBeforeYield_, 64u)) {
+      pollFds_.clear();
+      bool pollable = current || (pointToPoint && !pointToPoint->finished());
+      if (pollable && current) pollable = current->addPollDescriptors(pollFds_);
+      if (pollable && pointToPoint && !pointToPoint->finished()) pollable = pointToPoint->addPollDescriptors(pollFds_);
+      if (pollable && !pollFds_.empty()) {
+        ::poll(pollFds_.data(), pollFds_.size(), 1);  // 1 ms: abort and the stall clock stay responsive
+        slept = true;
+      }
+    }
+    if (!slept && idle > spinsBeforeYield_) sched_yield();
+    if (!slept && idle > spinsBeforeYield_ + 4096) usleep(50);
     if ((idle & 255) != 0) continue;
     const auto now = std::chrono::steady_clock::now();
     if (idle == 256) lastMove = now;

@@ -111,6 +111,14 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // Which algorithm the selection table picks (for logs, tools and tests); a plan file's name when
   // one of MSCCL_XML_FILES covers the call.
   std::string chosenAlgorithm(algo::Collective collective, size_t bytes, bool inPlace = false) const;
+  // The simulator's time for the plan this communicator runs for `collective` at `bytes` (nccl-tests'
+  // size: the all-gather output, the reduce-scatter input, ...), on the fused cluster graph with this
+  // job's rank placement. Throws ncclInvalidUsage when there is no cluster graph to simulate on.
+  struct Prediction {
+    std::string plan;
+    double micros = 0;
+  };
+  Prediction predict(algo::Collective collective, size_t bytes, bool inPlace) const;
 
  private:
   Communicator(int rank, int nranks, CommOptions options);
@@ -122,6 +130,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   transport::Transport& transportFor(int peer) const;
   std::unique_ptr<Execution> buildCollective(const CollectiveArgs& args, std::vector<std::function<void()>>& after);
   std::unique_ptr<Execution> buildPointToPoint(const std::vector<const PointToPointArgs*>& ops);
+  std::vector<pollfd> pollFds_;  // the engine's idle wait; reused, so no allocation per wait
+  std::vector<topo::VertexId> rankDevices() const;
+  algo::Algorithm chooseAlgorithm(algo::Collective collective, size_t bytes) const;
   const algo::Plan& planFor(algo::Algorithm algorithm, algo::Collective collective, int root);
   void loadPlanFiles();
   void synthesizePlans();  // TOPOCCL_SYNTHESIZE: appends to planFiles_ after the files

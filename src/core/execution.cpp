@@ -237,4 +237,10 @@ std::string Execution::describeWaiting() const {
   return out.str();
 }
 
+bool Execution::addPollDescriptors(std::vector<pollfd>& fds) const {
+  for (const transport::Connection* conn : connections_)
+    if (!conn->addPollDescriptors(fds)) return false;
+  return true;
+}
+
 }  // namespace topoccl::core

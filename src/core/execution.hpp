@@ -60,6 +60,9 @@ class Execution {
   const std::string& operation() const { return operation_; }
   // What each unfinished lane waits for, for timeout errors.
   std::string describeWaiting() const;
+  // The descriptors of every connection, for an idle engine to poll(); false if any connection cannot
+  // be waited on that way (see transport::Connection::addPollDescriptors).
+  bool addPollDescriptors(std::vector<pollfd>& fds) const;
 
  private:
   static constexpr size_t kWindow = 4;  // receive slices in flight per lane

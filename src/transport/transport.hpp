@@ -3,6 +3,8 @@
 // one channel. Nothing here knows about plans, collectives or CUDA.
 #pragma once
 
+#include <poll.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -23,13 +25,23 @@ struct RecvAction {
   size_t elementSize = 1;
 };
 
+// One NIC a rank listens on (socket transport).
+struct NicEndpoint {
+  std::string name;     // interface, "eth0"; may be empty
+  std::string address;  // "ip:port" of the listener on it
+  double gbps = 0;      // 0: unknown
+  int rail = 0;
+  bool near = true;     // nearest its rank (cluster file)
+};
+
 // Everything a rank tells the others at bootstrap that transports need to reach it.
 struct PeerInfo {
   int rank = -1;
   std::string hostId;            // same string <=> same host (boot id, or NCCL_HOSTID)
   int64_t pid = 0;
   uint64_t processToken = 0;     // same value <=> same process (random per process)
-  std::string socketAddress;     // "ip:port" of the rank's data listener (socket transport)
+  std::string socketAddress;     // "ip:port" of the rank's data listener (socket transport): nics[0]
+  std::vector<NicEndpoint> nics; // every NIC it listens on; empty: socketAddress only
 };
 
 // Identity of the communicator, so transports of different communicators never cross.
@@ -59,6 +71,13 @@ class Connection {
   virtual int peer() const = 0;
   virtual const char* transportName() const = 0;  // "local", "shm", "socket"
   virtual std::string describe() const = 0;        // "shm to rank 3 (pid 1234) channel 0"
+  // Appends the descriptors whose readiness lets progress() move data (poll(2) events), so an idle
+  // engine can sleep in poll() instead of spinning. False when this connection cannot be waited on that
+  // way (shared memory flags, or a handshake still under way): the engine then spins or yields.
+  virtual bool addPollDescriptors(std::vector<pollfd>& fds) const {
+    (void)fds;
+    return false;
+  }
 };
 
 class Transport {
@@ -73,6 +92,9 @@ class Transport {
   virtual std::unique_ptr<Connection> connect(const PeerInfo& peer, int channel) = 0;
   // Background duties (accepting incoming TCP connections, ...). Never blocks.
   virtual void progress() {}
+  // This rank as every rank sees it after the exchange (e.g. which of its NICs are nearest it); called
+  // before the first connect().
+  virtual void setSelf(const PeerInfo& self) { (void)self; }
 };
 
 }  // namespace topoccl::transport

@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -17,7 +18,7 @@ constexpr Collective kAllCollectives[] = {Collective::AllReduce, Collective::All
                                           Collective::Broadcast, Collective::Reduce,    Collective::AllToAll,
                                           Collective::Gather,    Collective::Scatter};
 constexpr Algorithm kAllAlgorithms[] = {Algorithm::Ring, Algorithm::RecursiveDoubling, Algorithm::Tree,
-                                        Algorithm::Direct};
+                                        Algorithm::Direct, Algorithm::Hierarchical};
 constexpr int kRankCounts[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16};
 
 bool rooted(Collective c) {
@@ -78,6 +79,47 @@ TEST_CASE("every generator and collective validates and computes the right numbe
   }
   CHECK(plans > 1000);
   CHECK(numericRuns == plans * 6);  // 3 counts x both layouts
+}
+
+TEST_CASE("hierarchical all-reduce validates and computes the right numbers for any host layout") {
+  std::mt19937_64 random(std::random_device{}());
+  for (int hosts : {1, 2, 3, 4}) {
+    for (int perHost : {1, 2, 3, 5}) {
+      const int n = hosts * perHost;
+      std::vector<int> contiguous, interleaved, shuffled;
+      for (int r = 0; r < n; ++r) {
+        contiguous.push_back(r / perHost);
+        interleaved.push_back(r % hosts);
+      }
+      shuffled = contiguous;
+      std::shuffle(shuffled.begin(), shuffled.end(), random);
+      for (const auto* layout : {&contiguous, &interleaved, &shuffled}) {
+        for (int nch : {1, 2}) {
+          for (Placement placement : {Placement::Any, Placement::InPlace, Placement::OutOfPlace}) {
+            const Plan plan = hierarchicalPlan(Collective::AllReduce, *layout, nch, placement);
+            CHECK(plan.name == "hierarchical");
+            if (n > 1) CHECK(plan.chunksPerBlock == static_cast<uint32_t>(n * nch));
+            std::string what = "hierarchical " + std::to_string(hosts) + "x" + std::to_string(perHost) + " nch " +
+                               std::to_string(nch) + " hosts";
+            for (int h : *layout) what += " " + std::to_string(h);
+            proveAndRun(plan, what, random());
+          }
+        }
+      }
+      if (hosts > 1 && n > 1) {
+        // Ranks that share a host with a rank of another host exchange only inside it, and each rank's
+        // network peers are the ranks with its local index.
+        const Plan plan = hierarchicalPlan(Collective::AllReduce, contiguous, 1);
+        for (int r = 0; r < n; ++r)
+          for (const Lane& lane : plan.ranks[static_cast<size_t>(r)].lanes)
+            for (int peer : {lane.sendPeer, lane.recvPeer})
+              if (peer >= 0 && contiguous[static_cast<size_t>(peer)] != contiguous[static_cast<size_t>(r)])
+                CHECK(peer % perHost == r % perHost);
+      }
+    }
+  }
+  CHECK_THROWS_WITH(hierarchicalPlan(Collective::AllReduce, {0, 0, 1}, 1), Catch::Contains("same number"));
+  CHECK_THROWS_WITH(hierarchicalPlan(Collective::AllGather, {0, 1}, 1), Catch::Contains("does not implement"));
 }
 
 TEST_CASE("the reference executor itself catches wrong results, modified inputs and deadlocks") {

@@ -44,6 +44,9 @@ TEST_CASE("the default table: latency algorithms for small messages, ring for la
   CHECK(t.choose(Collective::AllReduce, kRecursiveDoublingMaxBytes - 1, 16) == Algorithm::RecursiveDoubling);
   CHECK(t.choose(Collective::AllReduce, kRecursiveDoublingMaxBytes, 8) == Algorithm::Ring);
   CHECK(t.choose(Collective::AllReduce, kLarge, 8) == Algorithm::Ring);
+  CHECK(t.choose(Collective::AllReduce, kLarge, 8, 2) == Algorithm::Hierarchical);  // across hosts
+  CHECK(t.choose(Collective::AllReduce, kHierarchicalMinBytes, 4, 4) == Algorithm::Hierarchical);
+  CHECK(t.choose(Collective::AllGather, kLarge, 8, 2) == Algorithm::Ring);
   CHECK(t.choose(Collective::Broadcast, kSmall, 8) == Algorithm::Tree);
   CHECK(t.choose(Collective::Broadcast, kLarge, 8) == Algorithm::Ring);
   CHECK(t.choose(Collective::Reduce, kTreeMaxBytes - 1, 8) == Algorithm::Tree);
@@ -94,6 +97,16 @@ TEST_CASE("NCCL_ALGO: one list applies wherever it leaves an algorithm") {
   CHECK(mixed.choose(Collective::AllReduce, kSmall, 8) == Algorithm::Ring);
 }
 
+TEST_CASE("NCCL_ALGO can force the ring or the hierarchical plan across hosts") {
+  SelectionTable t = SelectionTable::defaults();
+  t.setFilter(AlgorithmFilter::parse("ring"));
+  CHECK(t.choose(Collective::AllReduce, kLarge, 4, 2) == Algorithm::Ring);
+  t.setFilter(AlgorithmFilter::parse("allreduce:hierarchical"));
+  CHECK(t.choose(Collective::AllReduce, kLarge, 4, 2) == Algorithm::Hierarchical);
+  CHECK(t.choose(Collective::AllReduce, kSmall, 4, 2) == Algorithm::Hierarchical);
+  CHECK(t.choose(Collective::AllReduce, kLarge, 4, 1) == Algorithm::Hierarchical);  // one host: RS + AG ring
+}
+
 TEST_CASE("NCCL_ALGO: exclusion and lists") {
   const SelectionTable noRing = withAlgo("^ring");
   CHECK(noRing.choose(Collective::AllReduce, kLarge, 8) == Algorithm::RecursiveDoubling);  // nearest size range, not direct
@@ -133,7 +146,7 @@ TEST_CASE("NCCL_ALGO: malformed values name the bad token") {
   CHECK(parseError("allreduce:hypercube").find("'hypercube'") != std::string::npos);
   CHECK(parseError("allgatherv:ring").find("unknown collective 'allgatherv'") != std::string::npos);
   CHECK(parseError("alltoall:ring").find("leaves alltoall no algorithm") != std::string::npos);
-  CHECK(parseError("allreduce:^ring,tree,direct").find("leaves allreduce no algorithm") != std::string::npos);
+  CHECK(parseError("allreduce:^ring,tree,direct,hier").find("leaves allreduce no algorithm") != std::string::npos);
   CHECK(parseError("ring;tree").find("more than one list") != std::string::npos);
   CHECK(parseError("^").find("empty") != std::string::npos);
   CHECK(parseError("allreduce:").find("empty") != std::string::npos);

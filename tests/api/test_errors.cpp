@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "nccl.h"
+#include "topoccl/nccl_ext.h"
 
 namespace {
 
@@ -150,6 +151,24 @@ TEST_CASE("queries, custom ops, groups and teardown reject bad usage") {
   ranks.comms[1] = nullptr;
   EXPECT_ERROR(ncclCommCount(stale, &value), ncclInvalidArgument, "not a live communicator");
   EXPECT_ERROR(ncclCommDestroy(stale), ncclInvalidArgument, "not a live communicator");
+}
+
+TEST_CASE("topocclCommPredict names the plan the communicator runs and the model's time, and rejects bad input") {
+  TwoRanks ranks;
+  topocclPrediction_t p{};
+  REQUIRE(topocclCommPredict(ranks.comms[0], "allreduce", 64 << 20, 0, &p) == ncclSuccess);
+  CHECK(std::string(p.plan) == "ring");
+  CHECK(p.predictedUs > 0);
+  topocclPrediction_t small{};
+  REQUIRE(topocclCommPredict(ranks.comms[1], "allreduce", 8, 1, &small) == ncclSuccess);
+  CHECK(std::string(small.plan) == "recursive_doubling");
+  CHECK(small.predictedUs < p.predictedUs);
+  REQUIRE(topocclCommPredict(ranks.comms[0], "allgather", 1 << 20, 0, &p) == ncclSuccess);
+  CHECK(p.predictedUs > 0);
+  EXPECT_ERROR(topocclCommPredict(ranks.comms[0], "all_reduce", 8, 0, &p), ncclInvalidArgument, "all_reduce",
+               "allreduce, allgather");
+  EXPECT_ERROR(topocclCommPredict(ranks.comms[0], "allreduce", 8, 0, nullptr), ncclInvalidArgument, "prediction");
+  EXPECT_ERROR(topocclCommPredict(nullptr, "allreduce", 8, 0, &p), ncclInvalidArgument, "comm is NULL");
 }
 
 TEST_CASE("host memory from ncclMemAlloc works in collectives") {

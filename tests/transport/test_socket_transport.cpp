@@ -4,10 +4,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <functional>
+#include <numeric>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -118,26 +121,116 @@ void exchangeAllSizes(Connection& a, Connection& b, uint64_t seed, const std::ve
 
 }  // namespace
 
-TEST_CASE("socket stripes cover each message exactly, on element-safe boundaries") {
+TEST_CASE("socket stripes cover each message exactly, on element-safe boundaries, in proportion to weights") {
   using namespace socket_detail;
-  for (int streams : {1, 2, 3, 8})
+  const std::vector<std::vector<uint32_t>> weightSets = {{1}, {1, 1}, {1, 1, 1}, std::vector<uint32_t>(8, 1),
+                                                         {1000, 1000, 250, 250}, {4000, 1}, {7, 5, 3}};
+  std::mt19937_64 random(std::random_device{}());
+  for (const auto& weights : weightSets) {
+    const StripePlanner planner(weights);
+    const int streams = static_cast<int>(weights.size());
+    const bool even = std::all_of(weights.begin(), weights.end(), [&](uint32_t w) { return w == weights.front(); });
+    const uint64_t total = std::accumulate(weights.begin(), weights.end(), uint64_t{0});
     for (size_t bytes : {size_t{0}, size_t{1}, kMinStripeBytes - 1, kMinStripeBytes, size_t{(3 << 20) + 7},
-                         size_t{1} << 30}) {
-      INFO("streams " << streams << " bytes " << bytes);
-      const Stripe stripe = planStripe(bytes, streams);
-      CHECK(stripe.parts >= 1);
-      CHECK(stripe.parts <= streams);
-      if (bytes < kMinStripeBytes) CHECK(stripe.parts == 1);
+                         size_t{1} << 30, (size_t{5} << 31) + 13, size_t(random() % (64u << 20))}) {
+      const uint64_t sequence = random() % 1000;
+      INFO("weights " << streams << " first " << weights.front() << " bytes " << bytes << " sequence " << sequence);
+      const int parts = planner.partCount(bytes);
+      CHECK(parts >= 1);
+      CHECK(parts <= streams);
+      if (bytes < kMinStripeBytes) CHECK(parts == 1);
+      if (!even && bytes >= kMinStripeBytes) CHECK(parts == streams);
       size_t covered = 0;
-      for (int part = 0; part < stripe.parts; ++part) {
-        CHECK(partOffset(stripe, part) == covered);
-        CHECK(partOffset(stripe, part) % kStripeAlign == 0);
-        const size_t length = partLength(stripe, bytes, part);
-        if (bytes > 0) CHECK(length > 0);
-        covered += length;
+      std::vector<int> partOfStream(static_cast<size_t>(streams), -1);
+      for (int part = 0; part < parts; ++part) {
+        const auto range = planner.part(bytes, sequence, part);
+        CHECK(range.offset == covered);
+        CHECK(range.offset % kStripeAlign == 0);
+        if (even && bytes > 0) CHECK(range.length > 0);
+        if (!even && parts > 1) {
+          // Within one alignment unit of the stream's exact share.
+          const double share = static_cast<double>(bytes) * weights[static_cast<size_t>(range.stream)] / static_cast<double>(total);
+          CHECK(std::abs(static_cast<double>(range.length) - share) <= 2.0 * kStripeAlign);
+        }
+        CHECK(partOfStream[static_cast<size_t>(range.stream)] == -1);
+        partOfStream[static_cast<size_t>(range.stream)] = part;
+        covered += range.length;
       }
       CHECK(covered == bytes);
+      CHECK(planner.part(bytes, sequence, 0).stream == planner.firstStream(sequence));
+      for (int stream = 0; stream < streams; ++stream)
+        CHECK(planner.partOnStream(bytes, sequence, stream) == partOfStream[static_cast<size_t>(stream)]);
     }
+  }
+  CHECK_THROWS(StripePlanner({1, 4}));  // weighted streams come heaviest first
+  CHECK_THROWS(StripePlanner({3, 0}));
+}
+
+TEST_CASE("socket routes pair NICs by rail, weight streams by the slower end, and honour near and same-host") {
+  using socket_detail::planRoutes;
+  const std::vector<NicEndpoint> mine = {{"eth0", "10.0.1.1:0", 2, 0, true}, {"eth1", "10.0.2.1:0", 0.5, 1, false}};
+  const std::vector<NicEndpoint> theirs = {{"eth1", "10.0.2.2:4001", 0.5, 1, true}, {"eth0", "10.0.1.2:4000", 1, 0, false}};
+  auto routes = planRoutes(mine, theirs, false, 2, false);
+  REQUIRE(routes.size() == 4);
+  CHECK(routes[0].label == "eth0->eth0");
+  CHECK(routes[0].weight == 500);  // min(2, 1) Gbit/s over 2 streams
+  CHECK(routes[0].remote.toString() == "10.0.1.2:4000");
+  CHECK(routes[0].local.host() == "10.0.1.1");
+  CHECK(routes[0].local.port() == 0);
+  CHECK(routes[2].label == "eth1->eth1");
+  CHECK(routes[2].weight == 250);
+  CHECK(routes[3].remote.toString() == "10.0.2.2:4001");
+
+  routes = planRoutes(mine, theirs, false, 0, false);  // automatic: one stream per pair over two pairs
+  REQUIRE(routes.size() == 2);
+  CHECK(routes[0].weight == 1000);
+  CHECK(planRoutes(mine, theirs, false, 0, true).size() == 2);  // over one pair: two
+  CHECK(planRoutes(mine, theirs, true, 0, false).size() == 1);  // same host: one
+
+  routes = planRoutes(mine, theirs, false, 1, true);  // near only: eth0 is this rank's
+  REQUIRE(routes.size() == 1);
+  CHECK(routes[0].label == "eth0->eth0");
+
+  routes = planRoutes(mine, theirs, true, 1, false);  // same host: one pair, the first NICs
+  REQUIRE(routes.size() == 1);
+  CHECK(routes[0].remote.toString() == "10.0.2.2:4001");
+
+  std::vector<NicEndpoint> unknown = mine;
+  unknown[1].gbps = 0;  // any unknown speed: even weights
+  routes = planRoutes(unknown, theirs, false, 1, false);
+  REQUIRE(routes.size() == 2);
+  CHECK(routes[0].weight == 1);
+  CHECK(routes[1].weight == 1);
+
+  const std::vector<NicEndpoint> otherRail = {{"ib0", "10.9.0.2:5000", 100, 7, true}};
+  routes = planRoutes(mine, otherRail, false, 2, false);  // no common rail: first NICs
+  REQUIRE(routes.size() == 2);
+  CHECK(routes[0].label == "eth0->ib0");
+}
+
+TEST_CASE("socket transport over two NICs of unequal speed delivers every byte, striped by weight") {
+  // Two loopback addresses stand for two NICs on two rails; the ranks claim different hosts so the
+  // connection uses both.
+  const uint64_t hash = socketTestHash();
+  std::vector<SocketRank> ranks(2);
+  for (int r = 0; r < 2; ++r) {
+    ranks[r].identity = CommIdentity{hash, kSocketTestSecret, r, 2};
+    std::vector<NicEndpoint> listening;
+    ranks[r].transport = makeSocketTransport(
+        ranks[r].identity,
+        {LocalNic{"loA", bootstrap::SocketAddress::parse("127.0.0.1:0"), 4, 0, true},
+         LocalNic{"loB", bootstrap::SocketAddress::parse("127.0.0." + std::to_string(2 + r) + ":0"), 1, 1, true}},
+        &listening, "host" + std::to_string(r));
+    REQUIRE(listening.size() == 2);
+    ranks[r].info = PeerInfo{r, "host" + std::to_string(r), ::getpid(), 100u + r, listening[0].address, listening};
+  }
+  auto c0 = ranks[0].transport->connect(ranks[1].info, 0);
+  auto c1 = ranks[1].transport->connect(ranks[0].info, 0);
+  const std::vector<Connection*> all = {c0.get(), c1.get()};
+  exchangeAllSizes(*c0, *c1, 300, all);
+  // Automatic stream count: one per NIC pair when there are several.
+  CHECK_THAT(c0->describe(), Catch::Contains("2 streams") && Catch::Contains("loA->loA w4000") &&
+                                 Catch::Contains("loB->loB w1000"));
 }
 
 TEST_CASE("socket transport moves random payloads both ways on two channels, with 1 and 3 streams") {

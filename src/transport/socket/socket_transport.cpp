@@ -19,27 +19,66 @@ namespace topoccl::transport {
 
 namespace socket_detail {
 
-Stripe planStripe(size_t bytes, int nstreams) {
-  Stripe stripe;
-  if (nstreams <= 1 || bytes < kMinStripeBytes) {
-    stripe.parts = 1;
-    stripe.partBytes = bytes;
-    return stripe;
+StripePlanner::StripePlanner(std::vector<uint32_t> weights) : weights_(std::move(weights)) {
+  if (weights_.empty()) weights_.push_back(1);
+  for (uint32_t w : weights_) {
+    if (w == 0) throwInvalidArgument("socket transport: a stream weight of 0");
+    if (w != weights_.front()) even_ = false;
   }
-  const size_t perStream = (bytes + static_cast<size_t>(nstreams) - 1) / static_cast<size_t>(nstreams);
-  stripe.partBytes = (perStream + kStripeAlign - 1) / kStripeAlign * kStripeAlign;
-  stripe.parts = static_cast<int>((bytes + stripe.partBytes - 1) / stripe.partBytes);
-  return stripe;
+  cumulative_.assign(weights_.size() + 1, 0);
+  for (size_t i = 0; i < weights_.size(); ++i) cumulative_[i + 1] = cumulative_[i] + weights_[i];
+  if (!even_ && !std::is_sorted(weights_.begin(), weights_.end(), std::greater<>()))
+    throwInvalidArgument("socket transport: stream weights must be in decreasing order");
 }
 
-size_t partOffset(const Stripe& stripe, int part) { return static_cast<size_t>(part) * stripe.partBytes; }
+size_t StripePlanner::evenPartBytes(size_t bytes) const {
+  const size_t n = weights_.size();
+  const size_t perStream = (bytes + n - 1) / n;
+  return (perStream + kStripeAlign - 1) / kStripeAlign * kStripeAlign;
+}
 
-size_t partLength(const Stripe& stripe, size_t bytes, int part) {
-  const size_t offset = partOffset(stripe, part);
-  return offset >= bytes ? 0 : std::min(stripe.partBytes, bytes - offset);
+int StripePlanner::partCount(size_t bytes) const {
+  if (streams() == 1 || bytes < kMinStripeBytes) return 1;
+  if (!even_) return streams();
+  const size_t partBytes = evenPartBytes(bytes);
+  return static_cast<int>((bytes + partBytes - 1) / partBytes);
+}
+
+int StripePlanner::firstStream(uint64_t sequence) const {
+  return even_ ? static_cast<int>(sequence % static_cast<uint64_t>(streams())) : 0;
+}
+
+StripePlanner::Part StripePlanner::part(size_t bytes, uint64_t sequence, int index) const {
+  const int parts = partCount(bytes);
+  if (parts == 1) return {firstStream(sequence), 0, bytes};
+  if (even_) {
+    const size_t partBytes = evenPartBytes(bytes);
+    const size_t offset = static_cast<size_t>(index) * partBytes;
+    return {(firstStream(sequence) + index) % streams(), offset, std::min(partBytes, bytes - offset)};
+  }
+  // Weighted: part i on stream i, its share of the bytes in proportion to the stream's weight.
+  const auto boundary = [&](size_t i) -> size_t {
+    if (i == 0) return 0;
+    if (i == weights_.size()) return bytes;
+    __extension__ typedef unsigned __int128 Wide;  // bytes x summed weights can pass 2^64
+    const Wide exact = static_cast<Wide>(bytes) * cumulative_[i] / cumulative_.back();
+    return static_cast<size_t>(exact) / kStripeAlign * kStripeAlign;
+  };
+  const size_t begin = boundary(static_cast<size_t>(index));
+  return {index, begin, boundary(static_cast<size_t>(index) + 1) - begin};
+}
+
+int StripePlanner::partOnStream(size_t bytes, uint64_t sequence, int stream) const {
+  const int parts = partCount(bytes);
+  if (parts == 1) return stream == firstStream(sequence) ? 0 : -1;
+  if (!even_) return stream;
+  const int part = (stream - firstStream(sequence) + streams()) % streams();
+  return part < parts ? part : -1;
 }
 
 }  // namespace socket_detail
+
+using socket_detail::StreamRoute;
 
 namespace {
 
@@ -48,7 +87,6 @@ using bootstrap::Deadline;
 using bootstrap::FileDescriptor;
 using bootstrap::IoResult;
 using bootstrap::SocketAddress;
-using socket_detail::Stripe;
 
 // First bytes the dialler sends on every stream, so the acceptor knows whose stream it is.
 struct StreamHello {
@@ -59,6 +97,8 @@ struct StreamHello {
   int32_t channel = -1;
   int32_t streamIndex = -1;
   int32_t nstreams = 0;  // the dialler's stream count; the acceptor adopts it
+  uint32_t weight = 1;   // this stream's share of striped messages (Mbit/s of its NIC pair, or 1)
+  uint32_t reserved = 0;
 };
 constexpr uint64_t kStreamHelloMagic = 0x746f706f2d736b21ull;  // "topo-sk!"
 
@@ -76,11 +116,10 @@ constexpr int kMaxStreams = 64;
 constexpr size_t kStagingBytes = 256 << 10;  // per stream, only for receives that reduce
 constexpr auto kHelloPatience = std::chrono::seconds(30);
 
-// Loopback TCP is bound by the CPU that runs both ends' stacks: one stream per peer on the same host
-// measured faster there than two (perf/RESULTS.md); NICs want several.
-int configuredStreams(bool sameHost) {
+// Streams per NIC pair; 0: automatic (see planRoutes).
+int configuredStreams() {
   const int64_t wanted = params::kNSocks.get();
-  if (wanted == 0) return sameHost ? 1 : 2;
+  if (wanted == 0) return 0;
   if (wanted < 1 || wanted > kMaxStreams)
     throwInvalidArgument(std::string(params::kNSocks.name()) + "=" + std::to_string(wanted) + " is out of range [0, " +
                          std::to_string(kMaxStreams) + "] (0: automatic)");
@@ -96,21 +135,22 @@ class AcceptHub {
     StreamHello hello;
   };
 
-  AcceptHub(const CommIdentity& identity, bootstrap::Listener listener)
-      : identity_(identity), listener_(std::move(listener)) {
-    name_ = "socket transport rank " + std::to_string(identity.rank) + " listener " + listener_.address.toString();
+  AcceptHub(const CommIdentity& identity, std::vector<bootstrap::Listener> listeners)
+      : identity_(identity), listeners_(std::move(listeners)) {
+    name_ = "socket transport rank " + std::to_string(identity.rank) + " listener";
+    for (const auto& listener : listeners_) name_ += " " + listener.address.toString();
   }
 
-  const SocketAddress& address() const { return listener_.address; }
-
-  // Accepts what is pending and reads hellos as far as they have arrived. Never blocks.
+  // Accepts what is pending on every NIC and reads hellos as far as they have arrived. Never blocks.
   void poll() {
     std::lock_guard lock(mutex_);
-    for (;;) {
-      SocketAddress from;
-      FileDescriptor fd = bootstrap::acceptConnection(listener_.fd.get(), true, &from, name_);
-      if (!fd) break;
-      pending_.push_back(Pending{std::move(fd), from, {}, 0, Clock::now() + kHelloPatience});
+    for (const auto& listener : listeners_) {
+      for (;;) {
+        SocketAddress from;
+        FileDescriptor fd = bootstrap::acceptConnection(listener.fd.get(), true, &from, name_);
+        if (!fd) break;
+        pending_.push_back(Pending{std::move(fd), from, {}, 0, Clock::now() + kHelloPatience});
+      }
     }
     const auto now = Clock::now();
     std::erase_if(pending_, [&](Pending& pending) { return readHello(pending, now); });
@@ -160,7 +200,7 @@ class AcceptHub {
     else if (hello.commHash != identity_.commHash) refusal = "it belongs to another communicator";
     else if (hello.rank < 0 || hello.rank >= identity_.nranks) refusal = "rank out of range";
     else if (hello.channel < 0 || hello.nstreams < 1 || hello.nstreams > kMaxStreams || hello.streamIndex < 0 ||
-             hello.streamIndex >= hello.nstreams)
+             hello.streamIndex >= hello.nstreams || hello.weight == 0)
       refusal = "malformed channel or stream numbers";
     if (refusal) {
       TOPOCCL_WARN("%s: refused a connection from %s: %s", name_.c_str(), from.c_str(), refusal);
@@ -173,7 +213,7 @@ class AcceptHub {
   }
 
   const CommIdentity identity_;
-  bootstrap::Listener listener_;
+  std::vector<bootstrap::Listener> listeners_;
   std::string name_;
   std::mutex mutex_;
   std::vector<Pending> pending_;
@@ -183,7 +223,7 @@ class AcceptHub {
 class SocketConnection final : public Connection {
  public:
   SocketConnection(std::shared_ptr<AcceptHub> hub, const CommIdentity& self, const PeerInfo& peer, int channel,
-                   int streams)
+                   std::vector<StreamRoute> routes)
       : hub_(std::move(hub)),
         self_(self),
         peerRank_(peer.rank),
@@ -194,9 +234,12 @@ class SocketConnection final : public Connection {
     connectTimeoutMs_ = params::kTimeoutMs.get();
     connectDeadline_ = Clock::now() + std::chrono::milliseconds(connectTimeoutMs_);
     if (dials_) {
-      peerAddress_ = SocketAddress::parse(peer.socketAddress);
-      setStreamCount(streams);
-      for (int index = 0; index < nstreams_; ++index) startDial(index);
+      routes_ = std::move(routes);
+      setStreamCount(static_cast<int>(routes_.size()));
+      for (int index = 0; index < nstreams_; ++index) {
+        streams_[static_cast<size_t>(index)].weight = routes_[static_cast<size_t>(index)].weight;
+        startDial(index);
+      }
     }
   }
 
@@ -205,7 +248,7 @@ class SocketConnection final : public Connection {
     message.ticket = nextSendTicket_++;
     message.data = static_cast<const char*>(data);
     message.bytes = bytes;
-    if (nstreams_ > 0) plan(message);
+    if (ready_) plan(message);
     sends_.push_back(message);
     return message.ticket;
   }
@@ -223,7 +266,7 @@ class SocketConnection final : public Connection {
     message.ticket = nextRecvTicket_++;
     message.action = action;
     message.bytes = bytes;
-    if (nstreams_ > 0) plan(message);
+    if (ready_) plan(message);
     recvs_.push_back(message);
     return message.ticket;
   }
@@ -253,9 +296,21 @@ class SocketConnection final : public Connection {
   Ticket recvsCompleted() const override { return recvsCompleted_; }
   int peer() const override { return peerRank_; }
   const char* transportName() const override { return "socket"; }
+  bool addPollDescriptors(std::vector<pollfd>& fds) const override {
+    if (!ready_ || failure_) return false;
+    for (const Stream& stream : streams_) {
+      // Always readable interest: data, or the peer closing, is what a waiting engine must see.
+      fds.push_back({stream.recvFd(), POLLIN, 0});
+      if (!sends_.empty()) {
+        if (stream.sendFd() == stream.recvFd()) fds.back().events |= POLLOUT;
+        else fds.push_back({stream.sendFd(), POLLOUT, 0});
+      }
+    }
+    return true;
+  }
   std::string describe() const override {
     return "socket to rank " + std::to_string(peerRank_) + peerName_.substr(peerName_.find(" (")) + " channel " +
-           std::to_string(channel_) + (nstreams_ > 0 ? ", " + std::to_string(nstreams_) + " streams" : "");
+           std::to_string(channel_) + (nstreams_ > 0 ? ", " + std::to_string(nstreams_) + " streams" : "") + layout_;
   }
 
  private:
@@ -263,15 +318,13 @@ class SocketConnection final : public Connection {
     Ticket ticket = 0;
     const char* data = nullptr;
     size_t bytes = 0;
-    Stripe stripe;
-    int partsLeft = 0;
+    int partsLeft = -1;  // -1 until the connection is ready and knows its streams
   };
   struct RecvMessage {
     Ticket ticket = 0;
     RecvAction action;
     size_t bytes = 0;
-    Stripe stripe;
-    int partsLeft = 0;
+    int partsLeft = -1;
     bool sizeConfirmed = false;  // part 0's header matched the posted size
   };
   // One TCP stream. A connection to oneself dials and accepts: it sends on `fd` and receives on
@@ -280,6 +333,7 @@ class SocketConnection final : public Connection {
     FileDescriptor fd;
     FileDescriptor selfIn;
     bool connected = false;  // dialled stream finished its handshake (accepted ones start true)
+    uint32_t weight = 1;     // from the route (dialler) or the hello (acceptor)
     Deadline retryAt{};
     StreamHello hello;  // dialler only: goes out before any part
     size_t helloSent = sizeof(StreamHello);
@@ -307,25 +361,13 @@ class SocketConnection final : public Connection {
   void setStreamCount(int count) {
     nstreams_ = count;
     streams_.resize(static_cast<size_t>(count));
-    for (auto& message : sends_) plan(message);
-    for (auto& message : recvs_) plan(message);
   }
 
-  void plan(SendMessage& message) const {
-    message.stripe = socket_detail::planStripe(message.bytes, nstreams_);
-    message.partsLeft = message.stripe.parts;
-  }
-  void plan(RecvMessage& message) const {
-    message.stripe = socket_detail::planStripe(message.bytes, nstreams_);
-    message.partsLeft = message.stripe.parts;
-  }
+  void plan(SendMessage& message) const { message.partsLeft = planner_.partCount(message.bytes); }
+  void plan(RecvMessage& message) const { message.partsLeft = planner_.partCount(message.bytes); }
 
   // Which part of message `ticket` stream `index` carries, or -1.
-  int partOnStream(Ticket ticket, int parts, int index) const {
-    const int first = static_cast<int>((ticket - 1) % static_cast<Ticket>(nstreams_));
-    const int part = (index - first + nstreams_) % nstreams_;
-    return part < parts ? part : -1;
-  }
+  int partOnStream(Ticket ticket, size_t bytes, int index) const { return planner_.partOnStream(bytes, ticket - 1, index); }
 
   [[noreturn]] void failRemote(const std::string& message) const { throw Error(ncclRemoteError, message); }
 
@@ -334,9 +376,11 @@ class SocketConnection final : public Connection {
 
   void startDial(int index) {
     Stream& stream = streams_[static_cast<size_t>(index)];
-    stream.fd = bootstrap::startConnect(peerAddress_, describe());
+    const StreamRoute& route = routes_[static_cast<size_t>(index)];
+    stream.fd = bootstrap::startConnect(route.remote, describe(), &route.local);
     stream.connected = false;
-    stream.hello = StreamHello{kStreamHelloMagic, self_.secret, self_.commHash, self_.rank, channel_, index, nstreams_};
+    stream.hello = StreamHello{kStreamHelloMagic, self_.secret, self_.commHash, self_.rank, channel_, index, nstreams_,
+                               route.weight, 0};
     stream.helloSent = 0;
   }
 
@@ -354,6 +398,18 @@ class SocketConnection final : public Connection {
       allThere = accepted && allThere;
     }
     if (!allThere) return false;
+    std::vector<uint32_t> weights;
+    for (const Stream& stream : streams_) weights.push_back(stream.weight);
+    planner_ = socket_detail::StripePlanner(std::move(weights));
+    if (!routes_.empty() && !std::equal(routes_.begin() + 1, routes_.end(), routes_.begin(),
+                                         [](const StreamRoute& a, const StreamRoute& b) { return a.label == b.label; })) {
+      layout_ = " (";
+      for (size_t i = 0; i < routes_.size(); ++i)
+        layout_ += (i ? ", " : "") + routes_[i].label + " w" + std::to_string(routes_[i].weight);
+      layout_ += ")";
+    }
+    for (auto& message : sends_) plan(message);
+    for (auto& message : recvs_) plan(message);
     ready_ = true;
     TOPOCCL_INFO(log::kNet, "%s connected", describe().c_str());
     return true;
@@ -402,7 +458,10 @@ class SocketConnection final : public Connection {
         continue;
       }
       *target = std::move(arrived.fd);
-      if (!dials_) slot->connected = true;
+      if (!dials_) {
+        slot->connected = true;
+        slot->weight = hello.weight;
+      }
     }
     if (nstreams_ == 0) return false;
     for (const Stream& stream : streams_)
@@ -460,15 +519,14 @@ class SocketConnection final : public Connection {
     Ticket ticket = std::max(stream.sendCursor, sendsCompleted_ + 1);
     for (; ticket < nextSendTicket_; ++ticket) {
       SendMessage& message = sendMessage(ticket);
-      const int part = partOnStream(ticket, message.stripe.parts, index);
+      const int part = partOnStream(ticket, message.bytes, index);
       if (part < 0) continue;
       stream.sendCursor = ticket;
-      const size_t offset = socket_detail::partOffset(message.stripe, part);
-      const size_t length = socket_detail::partLength(message.stripe, message.bytes, part);
-      stream.sendHeader = PartHeader{kPartMagic, ticket - 1, message.bytes, offset, length};
+      const auto range = planner_.part(message.bytes, ticket - 1, part);
+      stream.sendHeader = PartHeader{kPartMagic, ticket - 1, message.bytes, range.offset, range.length};
       stream.sendHeaderDone = 0;
-      stream.sendPayload = message.data + offset;
-      stream.sendPayloadLeft = length;
+      stream.sendPayload = message.data + range.offset;
+      stream.sendPayloadLeft = range.length;
       stream.sending = true;
       return true;
     }
@@ -506,10 +564,10 @@ class SocketConnection final : public Connection {
     Ticket ticket = std::max(stream.recvCursor, recvsCompleted_ + 1);
     for (; ticket < nextRecvTicket_; ++ticket) {
       RecvMessage& message = recvMessage(ticket);
-      const bool firstPartHere = static_cast<int>((ticket - 1) % static_cast<Ticket>(nstreams_)) == index;
+      const bool firstPartHere = planner_.firstStream(ticket - 1) == index;
       // Until part 0 confirmed the size, this stream cannot know whether it carries a part: wait.
       if (!firstPartHere && !message.sizeConfirmed) break;
-      if (partOnStream(ticket, message.stripe.parts, index) < 0) continue;
+      if (partOnStream(ticket, message.bytes, index) < 0) continue;
       stream.recvCursor = ticket;
       stream.receiving = true;
       stream.recvHeaderDone = 0;
@@ -533,9 +591,8 @@ class SocketConnection final : public Connection {
                                         peerName_ + " sent " + std::to_string(header.totalBytes) +
                                         " bytes but this rank posted a receive of " + std::to_string(message.bytes) +
                                         " bytes");
-    const int part = partOnStream(ticket, message.stripe.parts, index);
-    if (header.offset != socket_detail::partOffset(message.stripe, part) ||
-        header.length != socket_detail::partLength(message.stripe, message.bytes, part))
+    const auto range = planner_.part(message.bytes, ticket - 1, partOnStream(ticket, message.bytes, index));
+    if (header.offset != range.offset || header.length != range.length)
       failRemote(describe() + ": " + peerName_ + " striped message #" + std::to_string(ticket - 1) +
                  " differently from this rank (different " + params::kNSocks.name() + "?)");
     message.sizeConfirmed = true;
@@ -604,7 +661,9 @@ class SocketConnection final : public Connection {
   const bool dials_;    // lower rank (or a connection to oneself)
   const bool accepts_;  // higher rank (or a connection to oneself)
   std::string peerName_;
-  SocketAddress peerAddress_;
+  std::vector<StreamRoute> routes_;  // dialler only
+  std::string layout_;               // for describe(): which NICs the streams use, when more than one
+  socket_detail::StripePlanner planner_;
   int64_t connectTimeoutMs_ = 0;
   Deadline connectDeadline_;  // for the handshake: dialling, or waiting for the dialler
   int nstreams_ = 0;  // 0 until known (acceptor: from the first hello)
@@ -622,8 +681,9 @@ class SocketConnection final : public Connection {
 
 class SocketTransport final : public Transport {
  public:
-  SocketTransport(const CommIdentity& identity, std::shared_ptr<AcceptHub> hub, std::string hostId)
-      : identity_(identity), hub_(std::move(hub)), hostId_(std::move(hostId)) {}
+  SocketTransport(const CommIdentity& identity, std::shared_ptr<AcceptHub> hub, std::string hostId,
+                  std::vector<NicEndpoint> nics)
+      : identity_(identity), hub_(std::move(hub)), hostId_(std::move(hostId)), nics_(std::move(nics)) {}
 
   const char* name() const override { return "socket"; }
   // TCP reaches any host, and serves as the fallback on this one.
@@ -635,31 +695,116 @@ class SocketTransport final : public Transport {
                            std::to_string(peer.rank) + ", which is out of range for nranks=" +
                            std::to_string(identity_.nranks));
     if (channel < 0) throwInvalidArgument("socket transport: negative channel " + std::to_string(channel));
-    if (peer.socketAddress.empty() && peer.rank >= identity_.rank)  // we dial it
+    const bool dials = identity_.rank <= peer.rank;
+    if (dials && peer.socketAddress.empty() && peer.nics.empty())
       throwInvalidArgument("socket transport rank " + std::to_string(identity_.rank) + ": rank " +
                            std::to_string(peer.rank) + " published no socket address");
     const bool sameHost = !hostId_.empty() && peer.hostId == hostId_;
-    return std::make_unique<SocketConnection>(hub_, identity_, peer, channel, configuredStreams(sameHost));
+    std::vector<StreamRoute> routes;
+    if (dials) routes = socket_detail::planRoutes(nics_, peerNics(peer), sameHost, configuredStreams(),
+                                                  nicPolicy());
+    return std::make_unique<SocketConnection>(hub_, identity_, peer, channel, std::move(routes));
   }
 
   void progress() override { hub_->poll(); }
+  void setSelf(const PeerInfo& self) override {
+    if (self.nics.size() == nics_.size())
+      for (size_t i = 0; i < nics_.size(); ++i) nics_[i].near = self.nics[i].near;
+  }
 
  private:
+  static std::vector<NicEndpoint> peerNics(const PeerInfo& peer) {
+    if (!peer.nics.empty()) return peer.nics;
+    return {NicEndpoint{"", peer.socketAddress, 0, 0, true}};
+  }
+  static bool nicPolicy() {
+    const std::string policy = params::kNetNics.get();
+    if (policy == "all") return false;
+    if (policy == "near") return true;
+    throwInvalidArgument(std::string(params::kNetNics.name()) + "='" + policy + "' is not 'all' or 'near'");
+  }
+
   const CommIdentity identity_;
   std::shared_ptr<AcceptHub> hub_;
   const std::string hostId_;
+  std::vector<NicEndpoint> nics_;
 };
 
 }  // namespace
 
+namespace socket_detail {
+
+std::vector<StreamRoute> planRoutes(const std::vector<NicEndpoint>& mine, const std::vector<NicEndpoint>& theirs,
+                                    bool sameHost, int streamsPerPair, bool nearOnly) {
+  struct Pair {
+    const NicEndpoint* local;
+    const NicEndpoint* remote;
+  };
+  std::vector<Pair> pairs;
+  // On one host the NICs do not matter (loopback); between hosts NIC k pairs with the peer's NIC on its rail.
+  if (!sameHost) {
+    for (const NicEndpoint& local : mine) {
+      if (nearOnly && !local.near) continue;
+      for (const NicEndpoint& remote : theirs)
+        if (remote.rail == local.rail) {
+          pairs.push_back({&local, &remote});
+          break;
+        }
+    }
+  }
+  if (pairs.empty()) pairs.push_back({&mine.front(), &theirs.front()});
+  // Automatic: loopback TCP is bound by the CPU that runs both ends' stacks, and one stream per same-host
+  // peer measured faster than two (perf/RESULTS.md); one NIC pair gets two streams, several pairs one each
+  // (2 x 2 streams over a 2 + 0.5 Gbit/s pair of NICs took 5% longer than 2 x 1 on the emulated cluster).
+  if (streamsPerPair == 0) streamsPerPair = sameHost ? 1 : std::max<int>(1, 2 / static_cast<int>(pairs.size()));
+  bool speedsKnown = true;
+  for (const Pair& pair : pairs) speedsKnown = speedsKnown && pair.local->gbps > 0 && pair.remote->gbps > 0;
+  std::vector<StreamRoute> routes;
+  for (const Pair& pair : pairs) {
+    StreamRoute route;
+    route.local = SocketAddress::parse(pair.local->address);
+    route.local.setPort(0);
+    route.remote = SocketAddress::parse(pair.remote->address);
+    route.label = (pair.local->name.empty() ? route.local.host() : pair.local->name) + "->" +
+                  (pair.remote->name.empty() ? route.remote.host() : pair.remote->name);
+    // Mbit/s of the pair's slower end, shared by its streams.
+    const double mbits = std::min(pair.local->gbps, pair.remote->gbps) * 1000.0 / streamsPerPair;
+    route.weight = speedsKnown ? static_cast<uint32_t>(std::clamp(mbits, 1.0, 4.0e9)) : 1;
+    for (int k = 0; k < streamsPerPair; ++k) routes.push_back(route);
+  }
+  // Heaviest first: the planner puts small messages and part 0 on stream 0.
+  std::stable_sort(routes.begin(), routes.end(), [](const StreamRoute& a, const StreamRoute& b) { return a.weight > b.weight; });
+  return routes;
+}
+
+}  // namespace socket_detail
+
+std::unique_ptr<Transport> makeSocketTransport(const CommIdentity& identity, std::vector<LocalNic> nics,
+                                               std::vector<NicEndpoint>* listenOut, std::string hostId) {
+  if (nics.empty()) {
+    const auto chosen = bootstrap::selectInterface();
+    nics.push_back(LocalNic{chosen.name, chosen.address, 0, 0, true});
+  }
+  std::vector<bootstrap::Listener> listeners;
+  std::vector<NicEndpoint> endpoints;
+  for (const LocalNic& nic : nics) {
+    listeners.push_back(bootstrap::listenOn(nic.address, false, true));
+    endpoints.push_back(NicEndpoint{nic.name, listeners.back().address.toString(), nic.gbps, nic.rail, nic.near});
+    TOPOCCL_INFO(log::kNet | log::kInit, "socket transport rank %d listening on %s (%s%s)", identity.rank,
+                 endpoints.back().address.c_str(), nic.name.c_str(),
+                 nic.gbps > 0 ? (", " + std::to_string(nic.gbps) + " Gbit/s, rail " + std::to_string(nic.rail)).c_str() : "");
+  }
+  if (listenOut) *listenOut = endpoints;
+  auto hub = std::make_shared<AcceptHub>(identity, std::move(listeners));
+  return std::make_unique<SocketTransport>(identity, std::move(hub), std::move(hostId), std::move(endpoints));
+}
+
 std::unique_ptr<Transport> makeSocketTransport(const CommIdentity& identity, std::string* listenAddressOut,
                                                std::string hostId) {
-  bootstrap::Listener listener = bootstrap::listenOn(bootstrap::selectInterface().address, false, true);
-  const std::string address = listener.address.toString();
-  TOPOCCL_INFO(log::kNet | log::kInit, "socket transport rank %d listening on %s", identity.rank, address.c_str());
-  if (listenAddressOut) *listenAddressOut = address;
-  auto hub = std::make_shared<AcceptHub>(identity, std::move(listener));
-  return std::make_unique<SocketTransport>(identity, std::move(hub), std::move(hostId));
+  std::vector<NicEndpoint> endpoints;
+  auto transport = makeSocketTransport(identity, {}, &endpoints, std::move(hostId));
+  if (listenAddressOut) *listenAddressOut = endpoints.front().address;
+  return transport;
 }
 
 }  // namespace topoccl::transport

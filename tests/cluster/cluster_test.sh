@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The short cluster test (ctest "cluster: ..."): 2 emulated hosts x 2 ranks, NIC A 2 Gbit/s + NIC B
+# 500 Mbit/s each. Checks every collective with -c 1 over the hierarchical, ring and synthesized plans,
+# then counts bytes per NIC to prove the traffic went where the plan said: striped 4:1 by speed, and with
+# TOPOCCL_NET_NICS=near each rank on its own NIC (1:1). Exit 77 (ctest: skipped) without root, network
+# namespaces or mpirun. Usage: cluster_test.sh BUILD_DIR
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+BUILD="$(cd "${1:?usage: cluster_test.sh BUILD_DIR}" && pwd)"
+skip() { echo "SKIPPED: $*"; exit 77; }
+[ "$(id -u)" = 0 ] || skip "needs root (network namespaces, tc)"
+command -v mpirun >/dev/null || skip "no mpirun (openmpi-bin)"
+command -v tc >/dev/null || skip "no tc (iproute2)"
+probe="tcprobe$$"
+ip netns add "$probe" 2>/dev/null || skip "cannot create network namespaces here"
+ip netns del "$probe"
+for bin in all_reduce_perf all_gather_perf reduce_scatter_perf alltoall_perf broadcast_perf reduce_perf \
+  sendrecv_perf gather_perf scatter_perf; do
+  [ -x "$BUILD/perf/$bin" ] || skip "$BUILD/perf/$bin not built (needs MPI)"
+done
+
+PREFIX="tct$((RANDOM % 1000))"
+WORK="$(mktemp -d /tmp/topoccl-cluster-test.XXXXXX)"
+cleanup() { "$HERE/cluster.sh" down -p "$PREFIX" 2>/dev/null || true; rm -rf "$WORK"; }
+trap cleanup EXIT
+"$HERE/cluster.sh" up -p "$PREFIX" -n 2 -k 2 -r 2gbit,500mbit
+"$HERE/cluster.sh" topology -p "$PREFIX" -s 2 > "$WORK/cluster.json"
+run() { "$HERE/cluster.sh" mpirun -p "$PREFIX" -s 2 -T 180 -x TOPOCCL_CLUSTER_FILE="$WORK/cluster.json" "$@"; }
+fail() { echo "FAILED: $*"; exit 1; }
+
+check() {  # label, then mpirun arguments; the run must pass its own -c 1 check
+  local label="$1"; shift
+  if ! run "$@" > "$WORK/out.txt" 2>&1 || ! grep -q "Out of bounds values : 0 OK" "$WORK/out.txt"; then
+    cat "$WORK/out.txt"; fail "$label"
+  fi
+  echo "ok: $label"
+}
+
+# Every collective; all-reduce also over each plan the selection can take across hosts, and every type and op.
+for algo in hierarchical ring; do
+  check "all_reduce NCCL_ALGO=$algo, every type and op, 4 B - 4 MiB" -x NCCL_ALGO="$algo" -- \
+    "$BUILD/perf/all_reduce_perf" -b 4 -e 4M -f 32 -n 1 -w 0 -c 1 -d all -o all
+done
+check "all_reduce, default selection, 3 channels" -x TOPOCCL_NCHANNELS=3 -- \
+  "$BUILD/perf/all_reduce_perf" -b 1K -e 8M -f 8 -n 1 -w 0 -c 1
+for coll in all_gather reduce_scatter alltoall broadcast reduce sendrecv gather scatter; do
+  check "$coll, 8 B - 1 MiB" -- "$BUILD/perf/${coll}_perf" -b 8 -e 1M -f 32 -n 1 -w 0 -c 1 -r all
+done
+check "synthesized all-reduce / all-gather / reduce-scatter plans on the cluster graph" \
+  -x TOPOCCL_SYNTHESIZE=allreduce,allgather,reducescatter -x TOPOCCL_SYNTH_BUDGET_MS=2000 -x NCCL_DEBUG=INFO \
+  -x NCCL_DEBUG_SUBSYS=TUNING -- "$BUILD/perf/all_reduce_perf" -b 64K -e 4M -f 4 -n 1 -w 0 -c 1
+grep -q "synthesized" "$WORK/out.txt" || { cat "$WORK/out.txt"; fail "no synthesized plan was reported"; }
+
+# Calibration fits each NIC's alpha and goodput into a cluster file the runs accept; --predict prints the
+# model's time for the plan that ran (the ratio is measured in perf/, not asserted here).
+"$HERE/cluster.sh" calibrate -p "$PREFIX" -s 2 -b "$BUILD" > "$WORK/calibrated.json" 2> "$WORK/calibrate.log" ||
+  { cat "$WORK/calibrate.log"; fail "calibration"; }
+grep -q '"goodput_gbps"' "$WORK/calibrated.json" || { cat "$WORK/calibrated.json"; fail "calibration wrote no fit"; }
+cp "$WORK/calibrated.json" "$WORK/cluster.json"
+check "all_reduce --predict on the calibrated cluster file" -- "$BUILD/perf/all_reduce_perf" -b 4M -e 4M -n 1 -w 0 -c 1 --predict
+grep -q "predicted .*hierarchical .* us, measured/predicted" "$WORK/out.txt" || { cat "$WORK/out.txt"; fail "no prediction line"; }
+
+# Bytes per NIC: host 0's eth0 / eth1 transmit ratio over a 16 MiB all-reduce.
+nic_ratio() {  # prints host 0 tx bytes on eth0, eth1 and their ratio for the run given as arguments
+  "$HERE/cluster.sh" counters -p "$PREFIX" > "$WORK/before"
+  run "$@" > "$WORK/out.txt" 2>&1 || { cat "$WORK/out.txt"; fail "run for the NIC byte count"; }
+  "$HERE/cluster.sh" counters -p "$PREFIX" > "$WORK/after"
+  paste "$WORK/before" "$WORK/after" | awk -v h="${PREFIX}0" '
+    $1 == h && $2 == "eth0" { a = $7 - $3 } $1 == h && $2 == "eth1" { b = $7 - $3 }
+    END { printf "%d %d %.3f\n", a, b, (b > 0 ? a / b : 1e9) }'
+}
+read -r a b ratio < <(nic_ratio -x NCCL_ALGO=hierarchical -- "$BUILD/perf/all_reduce_perf" -b 16M -e 16M -n 4 -w 0)
+echo "all NICs, striped by speed: host 0 sent eth0 $a B, eth1 $b B, ratio $ratio (expected 4)"
+awk -v r="$ratio" 'BEGIN { exit !(r > 3.2 && r < 4.8) }' || fail "eth0:eth1 = $ratio, expected 4 +- 20%"
+[ "$a" -gt $((16 << 20)) ] || fail "host 0 sent only $a B on eth0 for 4 x 16 MiB all-reduce"
+read -r a b ratio < <(nic_ratio -x NCCL_ALGO=hierarchical -x TOPOCCL_NET_NICS=near -- \
+  "$BUILD/perf/all_reduce_perf" -b 16M -e 16M -n 4 -w 0)
+echo "nearest NIC only: host 0 sent eth0 $a B, eth1 $b B, ratio $ratio (expected 1: each rank on its own NIC)"
+awk -v r="$ratio" 'BEGIN { exit !(r > 0.8 && r < 1.25) }' || fail "eth0:eth1 = $ratio with TOPOCCL_NET_NICS=near, expected 1"
+echo "cluster test: PASSED"
