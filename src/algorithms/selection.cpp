@@ -1,5 +1,7 @@
 #include "algorithms/selection.hpp"
 
+#include <cmath>
+
 #include <cctype>
 #include <optional>
 
@@ -185,6 +187,42 @@ SelectionTable SelectionTable::defaults() {
   t.addRow({Collective::Gather, 1, INT32_MAX, 0, UINT64_MAX, Algorithm::Direct});
   t.addRow({Collective::Scatter, 1, INT32_MAX, 0, UINT64_MAX, Algorithm::Direct});
   return t;
+}
+
+std::vector<SelectionRow> modelledRows(const std::vector<Collective>& collectives, const std::vector<uint64_t>& bandStarts,
+                                       int nranks, int minHosts,
+                                       const std::function<std::optional<Plan>(Algorithm, Collective)>& planOf,
+                                       const std::function<double(const Plan&, uint64_t)>& timeOf,
+                                       std::vector<ModelledChoice>* choices) {
+  std::vector<SelectionRow> rows;
+  for (Collective c : collectives) {
+    for (size_t band = 0; band < bandStarts.size(); ++band) {
+      const uint64_t lo = bandStarts[band];
+      const uint64_t hi = band + 1 < bandStarts.size() ? bandStarts[band + 1] : UINT64_MAX;
+      const uint64_t at = band == 0                ? std::min<uint64_t>(1024, hi)
+                          : hi == UINT64_MAX       ? lo
+                                                   : static_cast<uint64_t>(std::sqrt(static_cast<double>(lo) * static_cast<double>(hi)));
+      ModelledChoice choice{c, at, {}, Algorithm::Ring};
+      double best = 0;
+      for (Algorithm a : kAlgorithms) {
+        if (!algorithmSupports(a, c)) continue;
+        const std::optional<Plan> plan = planOf(a, c);
+        if (!plan) continue;
+        const double us = timeOf(*plan, at);
+        choice.predictedUs.emplace_back(a, us);
+        if (choice.predictedUs.size() == 1 || us < best) best = us, choice.best = a;
+      }
+      if (choice.predictedUs.empty()) continue;
+      if (choices) choices->push_back(choice);
+      if (!rows.empty() && rows.back().collective == c && rows.back().algorithm == choice.best &&
+          rows.back().maxBytes == lo) {
+        rows.back().maxBytes = hi;  // same winner as the band before: one row
+        continue;
+      }
+      rows.push_back({c, nranks, nranks, lo, hi, choice.best, INT32_MAX, minHosts});
+    }
+  }
+  return rows;
 }
 
 SelectionTable SelectionTable::fromConfig() {

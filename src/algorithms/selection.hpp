@@ -6,12 +6,15 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "algorithms/generators.hpp"
+#include "algorithms/plan.hpp"
 
 namespace topoccl::algo {
 
@@ -81,6 +84,23 @@ class AlgorithmFilter {
   std::string text_;
 };
 
+// Rows chosen by a cost model: for each collective and each size band [bandStarts[i], bandStarts[i+1]) (the
+// last one open), the candidate algorithm whose plan the model predicts fastest at the band's geometric middle
+// (the first band at 1 KiB, the last at its start). `planOf` builds an algorithm's plan for a collective, or
+// nullopt when it is no candidate; `timeOf` predicts a plan's time at a size (the simulator on the machine's
+// cost model). Adjacent bands with the same winner merge. Rows carry minRanks = maxRanks = nranks and minHosts.
+struct ModelledChoice {
+  Collective collective;
+  uint64_t bytes;                         // where the band was evaluated
+  std::vector<std::pair<Algorithm, double>> predictedUs;  // every candidate, in Algorithm order
+  Algorithm best;
+};
+std::vector<SelectionRow> modelledRows(const std::vector<Collective>& collectives, const std::vector<uint64_t>& bandStarts,
+                                       int nranks, int minHosts,
+                                       const std::function<std::optional<Plan>(Algorithm, Collective)>& planOf,
+                                       const std::function<double(const Plan&, uint64_t)>& timeOf,
+                                       std::vector<ModelledChoice>* choices = nullptr);
+
 class SelectionTable {
  public:
   static SelectionTable defaults();
@@ -88,6 +108,8 @@ class SelectionTable {
   static SelectionTable fromConfig();
 
   void addRow(const SelectionRow& row) { rows_.push_back(row); }
+  // Rows that take precedence over the defaults (searched first), e.g. modelledRows().
+  void prependRows(const std::vector<SelectionRow>& rows) { rows_.insert(rows_.begin(), rows.begin(), rows.end()); }
   void setFilter(AlgorithmFilter filter) { filter_ = std::move(filter); }
   const std::vector<SelectionRow>& rows() const { return rows_; }
   const AlgorithmFilter& filter() const { return filter_; }

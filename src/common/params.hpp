@@ -70,6 +70,8 @@ inline const Param<std::string> kClusterFile{"TOPOCCL_CLUSTER_FILE", "",
 inline const Param<std::string> kNetNics{"TOPOCCL_NET_NICS", "all",
     "Which NICs a connection to another host uses: all (striped in proportion to speed) or near (the dialling "
     "rank's nearest NICs per the cluster file)"};
+inline const Param<bool> kModelSelection{"TOPOCCL_MODEL_SELECTION", true,
+    "Across hosts, pick each collective's algorithm per size band by simulating the candidates on the cluster graph"};
 inline const Param<bool> kTopoFuse{"TOPOCCL_TOPO_FUSE", true,
                                    "Gather every host's topology at communicator creation and fuse the cluster graph"};
 inline const Param<std::string> kTopoDumpFile{"TOPOCCL_TOPO_DUMP_FILE", "",

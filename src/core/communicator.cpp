@@ -13,6 +13,7 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <type_traits>
 
 #include "algorithms/simulator.hpp"
 #include "algorithms/cost_model.hpp"
@@ -40,6 +41,7 @@ namespace {
 constexpr int kPointToPointChannel = 1 << 16;  // p2p never shares a connection with plans
 constexpr int kSplitTag = 0x5000;
 constexpr int kSynthTag = 0x4000;
+constexpr int kModelTag = 0x4100;
 
 // Same value <=> same process. Recomputed after fork(), since a child inherits its parent's statics.
 uint64_t processToken() {
@@ -305,6 +307,7 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
   loadPlanFiles();
   if (params::kTopoFuse.get()) gatherClusterTopology();
   synthesizePlans();
+  modelSelection();
 
   // A pair uses a transport only if both ends allow it, so both ends always choose alike.
   peerRoute_.assign(nranks_, Route::Socket);
@@ -532,19 +535,73 @@ Communicator::Prediction Communicator::predict(algo::Collective collective, size
                                                        : algo::makePlan(algorithm, collective, nranks_, 0, nchannels_);
   }
   const algo::Plan& plan = fromFile ? *fromFile : *built;
-  const algo::CostModel model = algo::CostModel::fromTopology(*clusterTopology_, rankDevices());
+  return {plan.name, modelledMicros(plan, bytes, algo::CostModel::fromTopology(*clusterTopology_, rankDevices()))};
+}
+
+double Communicator::modelledMicros(const algo::Plan& plan, uint64_t bytes, const algo::CostModel& model) const {
   // The executor cuts a step into >= slicesPerStep_ slices of at most sliceBytes_; model the typical step.
+  const algo::Collective c = plan.collective;
+  const bool oneBlock = c == algo::Collective::AllReduce || c == algo::Collective::Broadcast || c == algo::Collective::Reduce;
   const double stepBytes = static_cast<double>(bytes) / std::max<uint32_t>(1, plan.chunksPerBlock) /
-                           (collective == algo::Collective::AllReduce || collective == algo::Collective::Broadcast ||
-                                    collective == algo::Collective::Reduce
-                                ? 1.0
-                                : static_cast<double>(nranks_));
-  const auto slices = static_cast<uint32_t>(std::clamp<double>(std::ceil(stepBytes / static_cast<double>(sliceBytes_)),
-                                                               static_cast<double>(slicesPerStep_), 64.0));
+                           (oneBlock ? 1.0 : static_cast<double>(nranks_));
   algo::SimOptions options;
-  options.slices = slices;
+  options.slices = static_cast<uint32_t>(std::clamp<double>(std::ceil(stepBytes / static_cast<double>(sliceBytes_)),
+                                                            static_cast<double>(slicesPerStep_), 64.0));
   options.recordEvents = false;
-  return {plan.name, algo::simulate(plan, bytes, model, options).finishUs};
+  return algo::simulate(plan, bytes, model, options).finishUs;
+}
+
+// Across hosts the default table's fixed thresholds give way to this cluster's cost model: rank 0 simulates
+// every candidate plan per collective and size band on the fused graph and sends the winning rows; every
+// rank puts the same rows first, so NCCL_ALGO still filters them and all ranks still choose alike.
+void Communicator::modelSelection() {
+  if (locality_->nhosts() < 2 || !params::kModelSelection.get()) return;
+  std::vector<algo::SelectionRow> rows;
+  static_assert(std::is_trivially_copyable_v<algo::SelectionRow>, "rows travel as bytes");
+  if (rank_ == 0) {
+    try {
+      if (!clusterTopology_) throwInvalidUsage("no cluster graph (TOPOCCL_TOPO_FUSE=0, or a host could not describe itself)");
+      const algo::CostModel model = algo::CostModel::fromTopology(*clusterTopology_, rankDevices());
+      std::vector<int> hostOfRank(static_cast<size_t>(nranks_));
+      bool evenHosts = true;
+      for (int r = 0; r < nranks_; ++r) {
+        hostOfRank[static_cast<size_t>(r)] = locality_->hostIndex(r);
+        evenHosts = evenHosts && locality_->ranksOnHost(locality_->hostIndex(r)).size() == locality_->ranksOnHost(0).size();
+      }
+      const auto planOf = [&](algo::Algorithm a, algo::Collective c) -> std::optional<algo::Plan> {
+        if (a == algo::Algorithm::Hierarchical)
+          return evenHosts ? std::optional<algo::Plan>(algo::hierarchicalPlan(c, hostOfRank, nchannels_)) : std::nullopt;
+        return algo::makePlan(a, c, nranks_, 0, nchannels_);
+      };
+      const auto timeOf = [&](const algo::Plan& plan, uint64_t bytes) { return modelledMicros(plan, bytes, model); };
+      std::vector<algo::ModelledChoice> choices;
+      rows = algo::modelledRows({algo::Collective::AllReduce, algo::Collective::AllGather, algo::Collective::ReduceScatter,
+                                 algo::Collective::Broadcast, algo::Collective::Reduce},
+                                {0, 4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20}, nranks_, 2, planOf, timeOf, &choices);
+      for (const algo::ModelledChoice& choice : choices) {
+        std::string line;
+        for (const auto& [algorithm, us] : choice.predictedUs)
+          line += std::string(" ") + algo::algorithmName(algorithm) + " " + std::to_string(static_cast<long long>(us)) + " us";
+        TOPOCCL_INFO(log::kTuning, "modelled %s at %llu B:%s -> %s", algo::collectiveName(choice.collective),
+                     static_cast<unsigned long long>(choice.bytes), line.c_str(), algo::algorithmName(choice.best));
+      }
+    } catch (const std::exception& e) {
+      TOPOCCL_WARN("selection: no modelled rows, the default table decides: %s", e.what());
+      rows.clear();
+    }
+    for (int r = 1; r < nranks_; ++r) {
+      const uint64_t count = rows.size();
+      bootstrap_->send(r, kModelTag, &count, sizeof(count));
+      if (count > 0) bootstrap_->send(r, kModelTag, rows.data(), rows.size() * sizeof(algo::SelectionRow));
+    }
+  } else {
+    uint64_t count = 0;
+    bootstrap_->recv(0, kModelTag, &count, sizeof(count));
+    if (count > 1024) throwInternalError("selection: rank 0 sent " + std::to_string(count) + " modelled rows");
+    rows.resize(count);
+    if (count > 0) bootstrap_->recv(0, kModelTag, rows.data(), rows.size() * sizeof(algo::SelectionRow));
+  }
+  selection_->prependRows(rows);
 }
 
 void Communicator::synthesizePlans() {

@@ -18,6 +18,7 @@
 #include <variant>
 #include <vector>
 
+#include "algorithms/cost_model.hpp"
 #include "algorithms/generators.hpp"
 #include "algorithms/plan.hpp"
 #include "algorithms/selection.hpp"
@@ -132,6 +133,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::unique_ptr<Execution> buildPointToPoint(const std::vector<const PointToPointArgs*>& ops);
   std::vector<pollfd> pollFds_;  // the engine's idle wait; reused, so no allocation per wait
   std::vector<topo::VertexId> rankDevices() const;
+  double modelledMicros(const algo::Plan& plan, uint64_t bytes, const algo::CostModel& model) const;
+  void modelSelection();
   algo::Algorithm chooseAlgorithm(algo::Collective collective, size_t bytes) const;
   const algo::Plan& planFor(algo::Algorithm algorithm, algo::Collective collective, int root);
   void loadPlanFiles();

@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 
+#include "algorithms/cost_model.hpp"
 #include "algorithms/selection.hpp"
+#include "algorithms/simulator.hpp"
 #include "algorithms/validator.hpp"
 #include "common/config.hpp"
 #include "common/error.hpp"
@@ -189,4 +191,65 @@ TEST_CASE("extra rows with a rank range take precedence when listed first") {
   CHECK(t.choose(Collective::AllReduce, kLarge, 2) == Algorithm::RecursiveDoubling);
   CHECK(t.choose(Collective::AllReduce, kLarge, 3) == Algorithm::Ring);
   CHECK(t.describe().find("2..2") != std::string::npos);
+}
+
+TEST_CASE("modelled rows pick each band's fastest candidate, merge equal neighbours and take precedence") {
+  // A made-up model: latency algorithms win below 64 KiB, the ring above; the bands' evaluation points are
+  // recorded, so the test also sees where each band was judged.
+  std::vector<uint64_t> asked;
+  const auto planOf = [](Algorithm a, Collective c) -> std::optional<Plan> {
+    if (a == Algorithm::Hierarchical) return std::nullopt;  // no candidate here
+    return makePlan(a, c, 4, 0, 1);
+  };
+  const auto timeOf = [&](const Plan& plan, uint64_t bytes) {
+    asked.push_back(bytes);
+    const bool latency = plan.name == "recursive_doubling" || plan.name == "direct" || plan.name == "tree";
+    return (latency ? 10.0 : 40.0) + static_cast<double>(bytes) * (latency ? 1e-3 : 1e-4);
+  };
+  std::vector<ModelledChoice> choices;
+  const auto rows = modelledRows({Collective::AllReduce, Collective::AllGather}, {0, 4 << 10, 64 << 10, 1 << 20}, 4, 2,
+                                 planOf, timeOf, &choices);
+  REQUIRE(choices.size() == 8);
+  CHECK(choices[0].bytes == 1024);                 // first band: at 1 KiB
+  CHECK(choices[1].bytes == 16384);                // geometric middle of [4 KiB, 64 KiB)
+  CHECK(choices[3].bytes == (1u << 20));           // last band: at its start
+  CHECK(choices[3].best == Algorithm::Ring);
+  CHECK(choices[0].best != Algorithm::Ring);
+  for (const auto& choice : choices)
+    for (const auto& [algorithm, us] : choice.predictedUs) CHECK(algorithm != Algorithm::Hierarchical);
+  // All-reduce: one latency row (RD or direct, the first in Algorithm order at equal time) up to where the
+  // ring wins, then one ring row to the end.
+  std::vector<SelectionRow> allReduce;
+  for (const auto& row : rows)
+    if (row.collective == Collective::AllReduce) allReduce.push_back(row);
+  REQUIRE(allReduce.size() == 2);
+  CHECK(allReduce[0].minBytes == 0);
+  CHECK(allReduce[0].maxBytes == allReduce[1].minBytes);
+  CHECK(allReduce[1].algorithm == Algorithm::Ring);
+  CHECK(allReduce[1].maxBytes == UINT64_MAX);
+  CHECK(allReduce[0].minRanks == 4);
+  CHECK(allReduce[0].maxRanks == 4);
+  CHECK(allReduce[0].minHosts == 2);
+
+  SelectionTable t = SelectionTable::defaults();
+  t.prependRows(rows);
+  CHECK(t.choose(Collective::AllReduce, 8 << 20, 4, 2) == Algorithm::Ring);          // modelled, not hierarchical
+  CHECK(t.choose(Collective::AllReduce, 8 << 20, 4, 1) == Algorithm::Ring);          // one host: the defaults
+  CHECK(t.choose(Collective::AllReduce, 8 << 20, 8, 2) == Algorithm::Hierarchical);  // other rank count: defaults
+  t.setFilter(AlgorithmFilter::parse("allreduce:hierarchical"));                     // NCCL_ALGO still wins
+  CHECK(t.choose(Collective::AllReduce, 8 << 20, 4, 2) == Algorithm::Hierarchical);
+}
+
+TEST_CASE("modelled rows on the simulator: recursive doubling or direct for small all-reduce, the ring for large") {
+  const CostModel model = CostModel::uniform(8, 20.0, 1.0 / 1e3);  // 20 us, 1 GB/s: alpha / beta = 20 KB
+  const auto rows = modelledRows({Collective::AllReduce}, {0, 64 << 10, 1 << 20}, 8, 2,
+                                 [](Algorithm a, Collective c) -> std::optional<Plan> {
+                                   if (a == Algorithm::Hierarchical) return std::nullopt;
+                                   return makePlan(a, c, 8, 0, 1);
+                                 },
+                                 [&](const Plan& plan, uint64_t bytes) { return simulate(plan, bytes, model).finishUs; });
+  REQUIRE(!rows.empty());
+  CHECK(rows.front().algorithm != Algorithm::Ring);
+  CHECK(rows.back().algorithm == Algorithm::Ring);
+  CHECK(rows.back().maxBytes == UINT64_MAX);
 }

@@ -8,9 +8,10 @@
 #   cluster.sh down [-p PREFIX]         removes the namespaces and every process left inside them
 #   cluster.sh status [-p PREFIX]       addresses, byte counters and qdiscs per NIC
 #   cluster.sh counters [-p PREFIX]     "HOST NIC TX_BYTES RX_BYTES" per line, for tests to diff
-#   cluster.sh topology [-p PREFIX] [-s RANKS_PER_HOST]   the cluster file (JSON, topoccl-cluster v1)
+#   cluster.sh topology [-p PREFIX] [-s RANKS_PER_HOST] [--nics 0,1]   the cluster file (JSON, topoccl-cluster
+#       v1), with every NIC or only the listed ones
 #   cluster.sh calibrate -b BUILD_DIR [-p PREFIX] [-s RANKS_PER_HOST]   the cluster file with each NIC's alpha and
-#       TCP goodput fitted from sendrecv_perf around the hosts over that NIC alone (8 B, 1 MiB, 16 MiB)
+#       TCP goodput fitted from sendrecv_perf between hosts 0 and 1 over that NIC alone (8 B, 1 MiB, 16 MiB)
 #   cluster.sh exec HOST -- CMD...      run CMD on HOST (its namespace, hostname HOST)
 #   cluster.sh mpirun [-p PREFIX] [-s RANKS_PER_HOST] [-T SECONDS] [--nics 0,1] [MPIRUN-ARGS] -- PROG ARGS
 #       OpenMPI across the hosts: mpirun runs inside host 0, orted reaches the others through agent.sh.
@@ -159,22 +160,25 @@ topology() {
   printf '{\n  "format": "topoccl-cluster",\n  "version": 1,\n  "name": "%s-%dx%d",\n  "hosts": [\n' "$PREFIX" "$HOSTS" "$NICS"
   for ((j = 0; j < HOSTS; j++)); do
     printf '    {"name": "%s", "ranks": %d, "nics": [' "$PREFIX$j" "$SLOTS"
+    local first=1
     for ((i = 0; i < NICS; i++)); do
+      if [ -n "$NICSEL" ] && [[ ",$NICSEL," != *",$i,"* ]]; then continue; fi
       gbps="$(awk -v b="$(to_bps "$(nth "$RATES" "$i")")" 'BEGIN{printf "%g", b / 1e9}')"
       local near="" r
       for ((r = i; r < SLOTS; r += NICS)); do near+="${near:+, }$r"; done
       local fitted=""
       [ -n "${ALPHA[$i]:-}" ] && fitted=", \"alpha_us\": ${ALPHA[$i]}, \"goodput_gbps\": ${GOODPUT[$i]}"
       printf '%s\n      {"name": "eth%d", "address": "10.79.%d.%d", "gbps": %s, "rail": %d, "near_ranks": [%s]%s}' \
-        "$([ "$i" -gt 0 ] && echo ,)" "$i" $((i + 1)) $((j + 1)) "$gbps" "$i" "$near" "$fitted"
+        "$([ "$first" = 0 ] && echo ,)" "$i" $((i + 1)) $((j + 1)) "$gbps" "$i" "$near" "$fitted"
+      first=0
     done
     printf ']}%s\n' "$([ "$j" -lt $((HOSTS - 1)) ] && echo ,)"
   done
   printf '  ]\n}\n'
 }
 
-# For each NIC: a cluster file listing only that NIC, one rank per host, sendrecv_perf around the hosts (each
-# NIC sends one stream and receives one); alpha = the 8-byte time, goodput from the 1 -> 16 MiB slope. Progress goes to stderr.
+# For each NIC: a cluster file listing only that NIC, one rank on each of hosts 0 and 1, sendrecv_perf both
+# ways at once (with more hosts in the ring, ranks sharing the machine's 2 cores would measure the CPU); alpha = the 8-byte time, goodput from the 1 -> 16 MiB slope. Progress goes to stderr.
 calibrate() {
   load
   [ "$HOSTS" -ge 2 ] || die "calibrate needs >= 2 hosts"
@@ -190,7 +194,7 @@ calibrate() {
     done
     echo ']}' >> "$work/nic$i.json"
     echo "cluster.sh: calibrating eth$i ($(nth "$RATES" "$i"))..." >&2
-    (SLOTS=1; EXTRA=(-x TOPOCCL_CLUSTER_FILE="$work/nic$i.json")
+    (SLOTS=1; JOB_HOSTS=2; EXTRA=(-x TOPOCCL_CLUSTER_FILE="$work/nic$i.json")
      run_mpi "$BUILD/perf/sendrecv_perf" -b 8 -e 16M -f 2 -n 5 -w 2 -c 0) > "$work/out$i.txt" 2>&1 ||
       { cat "$work/out$i.txt" >&2; rm -rf "$work"; die "calibration run over eth$i failed"; }
     read -r ALPHA[$i] GOODPUT[$i] < <(awk '$1 ~ /^[0-9]+$/ { t[$1] = $6 }
@@ -206,11 +210,12 @@ run_mpi() {
   command -v mpirun >/dev/null || die "mpirun not found (apt-get install openmpi-bin)"
   [ $# -ge 1 ] || die "mpirun: nothing to run (cluster.sh mpirun [-s N] -- PROGRAM ARGS)"
   local hostfile; hostfile="$(mktemp /tmp/topoccl-cluster-hosts.XXXXXX)"
-  for ((j = 0; j < HOSTS; j++)); do echo "$PREFIX$j slots=$SLOTS" >> "$hostfile"; done
+  local hosts="${JOB_HOSTS:-$HOSTS}"  # calibrate runs on the first two hosts only
+  for ((j = 0; j < hosts; j++)); do echo "$PREFIX$j slots=$SLOTS" >> "$hostfile"; done
   local btl="10.79.1.0/24"
   if [ -n "$NICSEL" ]; then btl=""; for i in ${NICSEL//,/ }; do btl+="${btl:+,}10.79.$((i + 1)).0/24"; done; fi
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 TOPOCCL_CLUSTER_PREFIX="$PREFIX"
-  local line; line=$(printf '%q ' timeout -k 5 "$TIMEOUT" mpirun --hostfile "$hostfile" -np $((HOSTS * SLOTS)) \
+  local line; line=$(printf '%q ' timeout -k 5 "$TIMEOUT" mpirun --hostfile "$hostfile" -np $((hosts * SLOTS)) \
     --map-by "ppr:$SLOTS:node" --bind-to none --mca plm_rsh_agent "$HERE/agent.sh" --mca plm_rsh_no_tree_spawn 1 \
     --mca oob_tcp_if_include 10.79.1.0/24 --mca btl tcp,self,vader --mca btl_tcp_if_include "$btl" \
     "${EXTRA[@]}" "$@")

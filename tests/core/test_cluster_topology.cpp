@@ -140,3 +140,52 @@ TEST_CASE("cluster topology: TOPOCCL_TOPO_FUSE=0 gives no cluster graph, and a h
     }
   }
 }
+
+namespace {
+
+std::string writeClusterFile(const std::string& nicName, const std::string& address) {
+  char path[] = "/tmp/topoccl-cluster-file-XXXXXX";
+  const int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  const std::string text = R"({"format": "topoccl-cluster", "version": 1, "hosts": [
+    {"name": "x", "ranks": 2, "nics": [{"name": ")" + nicName + R"(", "address": ")" + address +
+                           R"(", "gbps": 4, "rail": 0}]}]})";
+  REQUIRE(write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+  close(fd);
+  return path;
+}
+
+std::string creationError(const std::string& clusterFile) {
+  setenv("TOPOCCL_CLUSTER_FILE", clusterFile.c_str(), 1);
+  std::string message = "(created)";
+  try {
+    core::Communicator::create(bootstrap::createUniqueId(), 1, 0, core::CommOptions{})->finalize();
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  unsetenv("TOPOCCL_CLUSTER_FILE");
+  return message;
+}
+
+}  // namespace
+
+TEST_CASE("cluster file: the host's NICs come from it, and a file that disagrees with the machine is refused",
+          "[cluster-topology]") {
+  const std::string good = writeClusterFile("lo", "127.0.0.1");
+  const std::string wrongAddress = writeClusterFile("lo", "10.254.254.254");
+  const std::string wrongName = writeClusterFile("eth9", "127.0.0.1");
+  CHECK_THAT(creationError(wrongAddress), Catch::Contains("TOPOCCL_CLUSTER_FILE=" + wrongAddress) &&
+                                              Catch::Contains("no host in the file has an address of this machine"));
+  CHECK_THAT(creationError(wrongName), Catch::Contains("NIC eth9") && Catch::Contains("127.0.0.1 is on interface lo here"));
+  CHECK(creationError(good) == "(created)");
+  // Two ranks posing as two hosts, each described by the file's host: the fused graph has its NIC on each.
+  const auto views = runProcesses(2, [&](int r) -> std::map<std::string, std::string> {
+    return {{"TOPOCCL_CLUSTER_FILE", good}, {"NCCL_HOSTID", r ? "a" : "b"}};
+  });
+  for (const RankView& v : views) {
+    CHECK(v.status == 0);
+    CHECK(v.nics == 2);
+    CHECK(v.fingerprint == views[0].fingerprint);
+  }
+  for (const auto& path : {good, wrongAddress, wrongName}) std::remove(path.c_str());
+}
