@@ -231,6 +231,7 @@ std::string Execution::describeWaiting() const {
     } else if (algo::stepReceives(step.kind) && lane.recvConn) {
       out << " waits for data from " << lane.recvConn->describe() << " (" << state.slicesDone << "/"
           << state.slices << " slices received)";
+      if (const std::string stall = lane.recvConn->describeStall(); !stall.empty()) out << "; " << stall;
     }
   }
   if (!inFlight_.empty()) out << "\n  " << inFlight_.size() << " sends not yet delivered";

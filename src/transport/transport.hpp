@@ -71,6 +71,9 @@ class Connection {
   virtual int peer() const = 0;
   virtual const char* transportName() const = 0;  // "local", "shm", "socket"
   virtual std::string describe() const = 0;        // "shm to rank 3 (pid 1234) channel 0"
+  // Where data is stuck, for stall reports (e.g. which NIC's stream still waits for bytes); "" when nothing
+  // more specific than describe() is known.
+  virtual std::string describeStall() const { return {}; }
   // Appends the descriptors whose readiness lets progress() move data (poll(2) events), so an idle
   // engine can sleep in poll() instead of spinning. False when this connection cannot be waited on that
   // way (shared memory flags, or a handshake still under way): the engine then spins or yields.

@@ -46,10 +46,13 @@ check "all_reduce, default selection, 3 channels" -x TOPOCCL_NCHANNELS=3 -- \
 for coll in all_gather reduce_scatter alltoall broadcast reduce sendrecv gather scatter; do
   check "$coll, 8 B - 1 MiB" -- "$BUILD/perf/${coll}_perf" -b 8 -e 1M -f 32 -n 1 -w 0 -c 1 -r all
 done
-check "synthesized all-reduce / all-gather / reduce-scatter plans on the cluster graph" \
-  -x TOPOCCL_SYNTHESIZE=allreduce,allgather,reducescatter -x TOPOCCL_SYNTH_BUDGET_MS=2000 -x NCCL_DEBUG=INFO \
-  -x NCCL_DEBUG_SUBSYS=TUNING -- "$BUILD/perf/all_reduce_perf" -b 64K -e 4M -f 4 -n 1 -w 0 -c 1
-grep -q "synthesized" "$WORK/out.txt" || { cat "$WORK/out.txt"; fail "no synthesized plan was reported"; }
+# Synthesized plans for the cluster graph (cached on disk after the first run), checked in every size band.
+for coll in all_reduce all_gather reduce_scatter alltoall; do
+  check "$coll over synthesized plans, 1 KiB - 16 MiB" -x TOPOCCL_SYNTHESIZE=all -x TOPOCCL_SYNTH_BUDGET_MS=2000 \
+    -x TOPOCCL_PLAN_CACHE_DIR="$WORK/plans" -x NCCL_DEBUG=INFO -x NCCL_DEBUG_SUBSYS=TUNING -- \
+    "$BUILD/perf/${coll}_perf" -b 1K -e 16M -f 16 -n 1 -w 0 -c 1
+  grep -q "synthesized ${coll//_/} for" "$WORK/out.txt" || { cat "$WORK/out.txt"; fail "no synthesized ${coll//_/} plan"; }
+done
 
 # Calibration fits each NIC's alpha and goodput into a cluster file the runs accept; --predict prints the
 # model's time for the plan that ran (the ratio is measured in perf/, not asserted here).
@@ -77,4 +80,19 @@ read -r a b ratio < <(nic_ratio -x NCCL_ALGO=hierarchical -x TOPOCCL_NET_NICS=ne
   "$BUILD/perf/all_reduce_perf" -b 16M -e 16M -n 4 -w 0)
 echo "nearest NIC only: host 0 sent eth0 $a B, eth1 $b B, ratio $ratio (expected 1: each rank on its own NIC)"
 awk -v r="$ratio" 'BEGIN { exit !(r > 0.8 && r < 1.25) }' || fail "eth0:eth1 = $ratio with TOPOCCL_NET_NICS=near, expected 1"
+# A NIC that dies mid-run: every rank fails within TOPOCCL_TIMEOUT_MS, and the report names the stuck stream's NIC.
+# (NIC B goes down; NIC A stays up so that OpenMPI itself can still tear the job down.)
+( sleep 3; ip -n "${PREFIX}1" link set eth1 down ) &
+downer=$!
+started=$(date +%s)
+if run -x TOPOCCL_TIMEOUT_MS=3000 -- "$BUILD/perf/all_reduce_perf" -b 16M -e 16M -n 500 -w 1 -c 0 > "$WORK/out.txt" 2>&1; then
+  fail "the all-reduce went on with NIC B down"
+fi
+wait "$downer"
+elapsed=$(( $(date +%s) - started ))
+ip -n "${PREFIX}1" link set eth1 up
+grep -q "made no progress for 3000 ms" "$WORK/out.txt" && grep -q "stuck: .*eth1->eth1" "$WORK/out.txt" ||
+  { cat "$WORK/out.txt"; fail "no stall report naming eth1"; }
+[ "$elapsed" -lt 30 ] || fail "the job took $elapsed s to fail after NIC B went down"
+echo "ok: NIC B down mid-run -> every rank failed in ${elapsed} s (link down at 3 s), naming the stuck eth1 stream"
 echo "cluster test: PASSED"

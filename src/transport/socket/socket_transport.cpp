@@ -296,6 +296,27 @@ class SocketConnection final : public Connection {
   Ticket recvsCompleted() const override { return recvsCompleted_; }
   int peer() const override { return peerRank_; }
   const char* transportName() const override { return "socket"; }
+  // Per stream: what it still owes. A NIC that went down shows as its streams stuck mid-part while the
+  // others are idle.
+  std::string describeStall() const override {
+    if (!ready_) return "handshake not finished";
+    std::string out;
+    for (size_t i = 0; i < streams_.size(); ++i) {
+      const Stream& stream = streams_[i];
+      const std::string name = "stream " + std::to_string(i) + (routes_.empty() ? "" : " " + routes_[i].label);
+      if (stream.receiving)
+        out += (out.empty() ? "" : ", ") + name + " receiving message #" + std::to_string(stream.recvCursor - 1) + " (" +
+               std::to_string(stream.recvHeader.length > stream.recvPayloadDone && stream.recvHeaderDone == sizeof(PartHeader)
+                                  ? stream.recvHeader.length - stream.recvPayloadDone
+                                  : 0) +
+               " bytes to go)";
+      if (stream.sending)
+        out += (out.empty() ? "" : ", ") + name + " sending message #" + std::to_string(stream.sendCursor - 1) + " (" +
+               std::to_string(stream.sendPayloadLeft) + " bytes to go)";
+    }
+    return out.empty() ? "every stream idle" : "stuck: " + out;
+  }
+
   bool addPollDescriptors(std::vector<pollfd>& fds) const override {
     if (!ready_ || failure_) return false;
     for (const Stream& stream : streams_) {
