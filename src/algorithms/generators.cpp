@@ -580,7 +580,8 @@ Plan directPlan(Collective c, int nranks, int root, int nchannels, Placement pla
   return b.finish(true, keepsOwnCopy);
 }
 
-Plan hierarchicalPlan(Collective c, const std::vector<int>& hostOfRank, int nchannels, Placement placement) {
+Plan hierarchicalPlan(Collective c, const std::vector<int>& hostOfRank, int nchannels, Placement placement,
+                      const std::vector<uint32_t>& shardWeights) {
   const int n = static_cast<int>(hostOfRank.size());
   checkArguments(Algorithm::Hierarchical, c, n, -1, nchannels);
   // Ranks of each host in rank order: members[h][l] is host h's local rank l.
@@ -598,28 +599,41 @@ Plan hierarchicalPlan(Collective c, const std::vector<int>& hostOfRank, int ncha
                            std::to_string(members[static_cast<size_t>(h)].size()) + " ranks, host 0 has " +
                            std::to_string(L) + "; every host needs the same number");
   const int H = hosts;
+  std::vector<uint32_t> weight = shardWeights.empty() ? std::vector<uint32_t>(static_cast<size_t>(L), 1) : shardWeights;
+  if (static_cast<int>(weight.size()) != L)
+    throwInvalidArgument("hierarchical plan: " + std::to_string(weight.size()) + " shard weights for " + std::to_string(L) +
+                         " ranks per host");
+  for (uint32_t w : weight)
+    if (w < 1 || w > 64) throwInvalidArgument("hierarchical plan: shard weight " + std::to_string(w) + " is not in 1..64");
   if (n == 1) return singleRankPlan(Algorithm::Hierarchical, c, placement);
   const auto rankAt = [&](int h, int l) { return members[static_cast<size_t>(mod(h, H))][static_cast<size_t>(mod(l, L))]; };
-  // Chunks: channel ch owns [ch*L*H, (ch+1)*L*H); within it, group g (local rank g's shard) is H chunks.
-  const auto perChannel = static_cast<uint32_t>(L * H);
+  // Chunks: channel ch owns its W*H chunks (W = summed weights); within it, group g (local rank g's shard) is
+  // weight[g]*H chunks, which the ranks of local index g cut into H parts of weight[g] chunks across the hosts.
+  std::vector<uint32_t> groupStart(static_cast<size_t>(L) + 1, 0);
+  for (int g = 0; g < L; ++g) groupStart[static_cast<size_t>(g) + 1] = groupStart[static_cast<size_t>(g)] + weight[static_cast<size_t>(g)] * static_cast<uint32_t>(H);
+  const uint32_t perChannel = groupStart.back();
   PlanBuilder b(Algorithm::Hierarchical, c, n, -1, perChannel * static_cast<uint32_t>(nchannels));
   for (int ch = 0; ch < nchannels; ++ch) {
     const uint32_t base = static_cast<uint32_t>(ch) * perChannel;
     for (int h = 0; h < H; ++h)
       for (int l = 0; l < L; ++l) {
         const int r = rankAt(h, l);
-        const auto group = [&](int g) { return base + static_cast<uint32_t>(mod(g, L) * H); };
-        const auto shardChunk = [&](int k) { return output(base + static_cast<uint32_t>(l * H + mod(k, H))); };
+        const auto groupOffset = [&](int g) { return base + groupStart[static_cast<size_t>(mod(g, L))]; };
+        const auto groupChunks = [&](int g) { return weight[static_cast<size_t>(mod(g, L))] * static_cast<uint32_t>(H); };
+        const auto in = [&](int g) { return input(groupOffset(g), groupChunks(g)); };
+        const auto out = [&](int g) { return output(groupOffset(g), groupChunks(g)); };
+        const uint32_t w = weight[static_cast<size_t>(l)];
+        const auto shardChunk = [&](int k) { return output(groupOffset(l) + static_cast<uint32_t>(mod(k, H)) * w, w); };
         std::optional<StepRef> shardReady;
         uint16_t intra = 0;
         if (L > 1) {
           intra = b.addLane(r, rankAt(h, l + 1), rankAt(h, l - 1), ch);
-          b.add(r, intra, send(input(group(l - 1), H)));
-          for (int s = 1; s <= L - 2; ++s) b.add(r, intra, recvReduceSend(input(group(l - 1 - s), H)));
-          shardReady = b.add(r, intra, recvReduceCopy(input(group(l), H), output(group(l), H)));
+          b.add(r, intra, send(in(l - 1)));
+          for (int s = 1; s <= L - 2; ++s) b.add(r, intra, recvReduceSend(in(l - 1 - s)));
+          shardReady = b.add(r, intra, recvReduceCopy(in(l), out(l)));
         } else if (placement != Placement::InPlace) {
           const uint16_t lane = b.addLane(r, -1, -1, ch);
-          shardReady = b.add(r, lane, copy(input(group(0), H), output(group(0), H)));
+          shardReady = b.add(r, lane, copy(in(0), out(0)));
         }
         if (H > 1) {
           const uint16_t inter = b.addLane(r, rankAt(h + 1, l), rankAt(h - 1, l), ch);
@@ -631,9 +645,9 @@ Plan hierarchicalPlan(Collective c, const std::vector<int>& hostOfRank, int ncha
         }
         if (L > 1) {
           // After the inter-host lane finished the shard (one host: this lane's own last step, already in order).
-          b.add(r, intra, after(send(output(group(l), H)), H > 1 ? shardReady : std::nullopt));
-          for (int t = 1; t <= L - 2; ++t) b.add(r, intra, recvCopySend(output(group(l - t), H)));
-          b.add(r, intra, recv(output(group(l + 1), H)));
+          b.add(r, intra, after(send(out(l)), H > 1 ? shardReady : std::nullopt));
+          for (int t = 1; t <= L - 2; ++t) b.add(r, intra, recvCopySend(out(l - t)));
+          b.add(r, intra, recv(out(l + 1)));
         }
       }
   }

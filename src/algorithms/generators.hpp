@@ -45,8 +45,10 @@ Plan directPlan(Collective c, int nranks, int root, int nchannels, Placement pla
 // then ring all-gather inside each host. Each host sends 2 (H-1)/H S across the network in total instead of
 // the flat ring's 2 (n-1)/n S through each of its boundary ranks. hostOfRank[r] is rank r's host (0..H-1);
 // every host must hold the same number of ranks. makePlan() builds it for one host (plain ring RS + AG).
+// shardWeights (one per local rank, 1..64; empty: all 1) sizes local rank l's shard in proportion, e.g. to the
+// speed of the NIC nearest it, so that each rank's traffic can stay on its own NIC and the NICs finish together.
 Plan hierarchicalPlan(Collective c, const std::vector<int>& hostOfRank, int nchannels,
-                      Placement placement = Placement::Any);
+                      Placement placement = Placement::Any, const std::vector<uint32_t>& shardWeights = {});
 
 // Dispatch by algorithm. `root` is ignored by collectives that have none.
 Plan makePlan(Algorithm algorithm, Collective c, int nranks, int root, int nchannels,

@@ -147,7 +147,8 @@ const HostReportCache& hostReport(const std::string& hostId) {
     try {
       const ClusterView* view = clusterView();
       it->second.report =
-          topo::serializeHostReport({hostId, view ? topo::hostTopology(*view->host, params::kNetNics.get() != "near")
+          topo::serializeHostReport({hostId, view ? topo::hostTopology(*view->host, params::kNetNics.get() != "near",
+                                                                       params::kNetNics.get() == "near")
                                                    : topo::loadHostTopology()});
     } catch (const std::exception& e) {
       it->second.problem = e.what();
@@ -288,6 +289,22 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
     }
   }
   socketTransport_->setSelf(peers_[rank_]);
+  // Near mode across hosts: each local rank's shard of a hierarchical all-reduce in proportion to the speed of its
+  // nearest NICs (host 0's ranks speak for every host), so each rank stays on its NIC and the NICs finish together.
+  if (cluster && params::kNetNics.get() == "near" && locality_->nhosts() > 1) {
+    std::vector<double> speeds;
+    for (int r : locality_->ranksOnHost(0)) {
+      double speed = 0;
+      for (const auto& nic : peers_[r].nics) speed += nic.near ? nic.gbps : 0;
+      speeds.push_back(speed);
+    }
+    const double slowest = *std::min_element(speeds.begin(), speeds.end());
+    if (slowest > 0) {
+      for (double speed : speeds)
+        shardWeights_.push_back(static_cast<uint32_t>(std::clamp<long>(std::lround(speed / slowest), 1, 64)));
+      if (std::all_of(shardWeights_.begin(), shardWeights_.end(), [](uint32_t w) { return w == 1; })) shardWeights_.clear();
+    }
+  }
   if (cluster && rank_ == 0) {
     for (int host = 0; host < locality_->nhosts(); ++host) {
       const int first = locality_->ranksOnHost(host).front();
@@ -450,7 +467,7 @@ const algo::Plan& Communicator::planFor(algo::Algorithm algorithm, algo::Collect
     std::vector<int> hostOfRank(static_cast<size_t>(nranks_));
     for (int r = 0; r < nranks_; ++r) hostOfRank[static_cast<size_t>(r)] = locality_->hostIndex(r);
     auto plan = std::make_unique<algo::Plan>(algorithm == algo::Algorithm::Hierarchical
-                                                 ? algo::hierarchicalPlan(collective, hostOfRank, nchannels_)
+                                                 ? algo::hierarchicalPlan(collective, hostOfRank, nchannels_, algo::Placement::Any, shardWeights_)
                                                  : algo::makePlan(algorithm, collective, nranks_, root, nchannels_));
     algo::validateOrThrow(*plan);
     TOPOCCL_INFO(log::kColl, "plan %s for %s root %d: %zu lanes on rank %d", plan->name.c_str(),
@@ -515,7 +532,10 @@ std::vector<topo::VertexId> Communicator::rankDevices() const {
     for (topo::VertexId v : t.verticesOfKind(topo::VertexKind::Cpu))
       if (t.vertex(v).host == fusedHost) cpus.push_back(v);
     if (gpus.size() < ranks.size() && cpus.empty()) throwInvalidUsage("host " + peers_[ranks.front()].hostId + " has no CPU vertex");
-    for (size_t i = 0; i < ranks.size(); ++i) devices[ranks[i]] = gpus.size() >= ranks.size() ? gpus[i] : cpus.front();
+    // A cluster file in near mode gives each local rank its own CPU vertex beside its NIC.
+    const bool ownCpus = clusterView() != nullptr && params::kNetNics.get() == "near" && cpus.size() >= ranks.size();
+    for (size_t i = 0; i < ranks.size(); ++i)
+      devices[ranks[i]] = gpus.size() >= ranks.size() ? gpus[i] : ownCpus ? cpus[i] : cpus.front();
   }
   return devices;
 }
@@ -531,7 +551,7 @@ Communicator::Prediction Communicator::predict(algo::Collective collective, size
     const algo::Algorithm algorithm = chooseAlgorithm(collective, bytes);
     std::vector<int> hostOfRank(static_cast<size_t>(nranks_));
     for (int r = 0; r < nranks_; ++r) hostOfRank[static_cast<size_t>(r)] = locality_->hostIndex(r);
-    built = algorithm == algo::Algorithm::Hierarchical ? algo::hierarchicalPlan(collective, hostOfRank, nchannels_)
+    built = algorithm == algo::Algorithm::Hierarchical ? algo::hierarchicalPlan(collective, hostOfRank, nchannels_, algo::Placement::Any, shardWeights_)
                                                        : algo::makePlan(algorithm, collective, nranks_, 0, nchannels_);
   }
   const algo::Plan& plan = fromFile ? *fromFile : *built;
@@ -570,7 +590,7 @@ void Communicator::modelSelection() {
       }
       const auto planOf = [&](algo::Algorithm a, algo::Collective c) -> std::optional<algo::Plan> {
         if (a == algo::Algorithm::Hierarchical)
-          return evenHosts ? std::optional<algo::Plan>(algo::hierarchicalPlan(c, hostOfRank, nchannels_)) : std::nullopt;
+          return evenHosts ? std::optional<algo::Plan>(algo::hierarchicalPlan(c, hostOfRank, nchannels_, algo::Placement::Any, shardWeights_)) : std::nullopt;
         return algo::makePlan(a, c, nranks_, 0, nchannels_);
       };
       const auto timeOf = [&](const algo::Plan& plan, uint64_t bytes) { return modelledMicros(plan, bytes, model); };

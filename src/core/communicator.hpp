@@ -131,6 +131,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   transport::Transport& transportFor(int peer) const;
   std::unique_ptr<Execution> buildCollective(const CollectiveArgs& args, std::vector<std::function<void()>>& after);
   std::unique_ptr<Execution> buildPointToPoint(const std::vector<const PointToPointArgs*>& ops);
+  std::vector<uint32_t> shardWeights_;  // hierarchical all-reduce shard per local rank (near mode); empty: even
   std::vector<pollfd> pollFds_;  // the engine's idle wait; reused, so no allocation per wait
   std::vector<topo::VertexId> rankDevices() const;
   double modelledMicros(const algo::Plan& plan, uint64_t bytes, const algo::CostModel& model) const;

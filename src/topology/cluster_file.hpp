@@ -47,7 +47,9 @@ ClusterFile loadClusterFile(const std::string& path);
 // the line rate), so the cluster graph, the simulator and the synthesizer see the NICs the transports use.
 // `bundled`: one NIC with the summed speed, as the socket transport presents them when it stripes every
 // connection over all of them (TOPOCCL_NET_NICS=all).
-Topology hostTopology(const ClusterHost& host, bool bundled = false);
+// `perRankCpus`: one CPU vertex per local rank ("cpu<l>"), each wired to the NICs nearest that rank (and the CPUs
+// to each other), so paths from rank l leave through its own NIC (TOPOCCL_NET_NICS=near).
+Topology hostTopology(const ClusterHost& host, bool bundled = false, bool perRankCpus = false);
 // Half the largest fitted alpha of the file (a route crosses two network links), 0 when none was fitted.
 double networkLinkLatencyUs(const ClusterFile& file);
 

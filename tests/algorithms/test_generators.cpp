@@ -118,6 +118,25 @@ TEST_CASE("hierarchical all-reduce validates and computes the right numbers for 
       }
     }
   }
+  // Shards weighted per local rank (as by the speed of each rank's nearest NIC): every layout still computes.
+  for (const std::vector<uint32_t>& weights : std::vector<std::vector<uint32_t>>{{4, 1}, {1, 4}, {3, 1, 2}, {7, 1, 1, 2}}) {
+    const int perHost = static_cast<int>(weights.size());
+    for (int hosts : {1, 2, 3}) {
+      std::vector<int> layout;
+      for (int r = 0; r < hosts * perHost; ++r) layout.push_back(r / perHost);
+      std::shuffle(layout.begin(), layout.end(), random);
+      for (int nch : {1, 2})
+        for (Placement placement : {Placement::Any, Placement::InPlace, Placement::OutOfPlace}) {
+          const Plan plan = hierarchicalPlan(Collective::AllReduce, layout, nch, placement, weights);
+          uint32_t total = 0;
+          for (uint32_t w : weights) total += w;
+          if (hosts * perHost > 1) CHECK(plan.chunksPerBlock == total * static_cast<uint32_t>(hosts * nch));
+          proveAndRun(plan, "weighted hierarchical " + std::to_string(hosts) + "x" + std::to_string(perHost), random());
+        }
+    }
+  }
+  CHECK_THROWS_WITH(hierarchicalPlan(Collective::AllReduce, {0, 0, 1, 1}, 1, Placement::Any, {1}), Catch::Contains("shard weights"));
+  CHECK_THROWS_WITH(hierarchicalPlan(Collective::AllReduce, {0, 0}, 1, Placement::Any, {0, 1}), Catch::Contains("1..64"));
   CHECK_THROWS_WITH(hierarchicalPlan(Collective::AllReduce, {0, 0, 1}, 1), Catch::Contains("same number"));
   CHECK_THROWS_WITH(hierarchicalPlan(Collective::AllGather, {0, 1}, 1), Catch::Contains("does not implement"));
 }

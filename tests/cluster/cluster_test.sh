@@ -2,7 +2,7 @@
 # The short cluster test (ctest "cluster: ..."): 2 emulated hosts x 2 ranks, NIC A 2 Gbit/s + NIC B
 # 500 Mbit/s each. Checks every collective with -c 1 over the hierarchical, ring and synthesized plans,
 # then counts bytes per NIC to prove the traffic went where the plan said: striped 4:1 by speed, and with
-# TOPOCCL_NET_NICS=near each rank on its own NIC (1:1). Exit 77 (ctest: skipped) without root, network
+# TOPOCCL_NET_NICS=near each rank on its own NIC (its shard weighted 4:1, and its sockets on that NIC only). Exit 77 (ctest: skipped) without root, network
 # namespaces or mpirun. Usage: cluster_test.sh BUILD_DIR
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -78,8 +78,26 @@ awk -v r="$ratio" 'BEGIN { exit !(r > 3.2 && r < 4.8) }' || fail "eth0:eth1 = $r
 [ "$a" -gt $((16 << 20)) ] || fail "host 0 sent only $a B on eth0 for 4 x 16 MiB all-reduce"
 read -r a b ratio < <(nic_ratio -x NCCL_ALGO=hierarchical -x TOPOCCL_NET_NICS=near -- \
   "$BUILD/perf/all_reduce_perf" -b 16M -e 16M -n 4 -w 0)
-echo "nearest NIC only: host 0 sent eth0 $a B, eth1 $b B, ratio $ratio (expected 1: each rank on its own NIC)"
-awk -v r="$ratio" 'BEGIN { exit !(r > 0.8 && r < 1.25) }' || fail "eth0:eth1 = $ratio with TOPOCCL_NET_NICS=near, expected 1"
+echo "nearest NIC only, shards weighted by NIC speed: host 0 sent eth0 $a B, eth1 $b B, ratio $ratio (expected 4)"
+awk -v r="$ratio" 'BEGIN { exit !(r > 3.2 && r < 4.8) }' || fail "eth0:eth1 = $ratio with TOPOCCL_NET_NICS=near, expected 4"
+
+# Which NIC each rank's data streams use, from the sockets themselves (ss) in the middle of a run: with near,
+# host 0's two ranks each on one NIC, a different one each; with all, each on both.
+nics_of_ranks() {
+  run "$@" -- "$BUILD/perf/all_reduce_perf" -b 16M -e 16M -n 30 -w 0 > "$WORK/bg.txt" 2>&1 &
+  local job=$!
+  sleep 3
+  ip netns exec "${PREFIX}0" ss -tnpi state established | awk -f "$HERE/nics_of.awk" | sort -k2 > "$WORK/nics.txt"
+  wait "$job" || { cat "$WORK/bg.txt"; fail "the run for the socket census"; }
+}
+nics_of_ranks -x NCCL_ALGO=hierarchical -x TOPOCCL_NET_NICS=near
+echo "near, per rank process on host 0: $(tr '\n' ';' < "$WORK/nics.txt")"
+[ "$(awk 'NF == 2' "$WORK/nics.txt" | cut -d' ' -f2 | sort -u | wc -l)" = 2 ] && [ "$(wc -l < "$WORK/nics.txt")" = 2 ] ||
+  fail "with TOPOCCL_NET_NICS=near each of host 0's ranks should send on its own single NIC: $(cat "$WORK/nics.txt")"
+nics_of_ranks -x NCCL_ALGO=hierarchical
+echo "all, per rank process on host 0: $(tr '\n' ';' < "$WORK/nics.txt")"
+[ "$(awk 'NF == 3' "$WORK/nics.txt" | wc -l)" = 2 ] || fail "striped ranks should each send on both NICs: $(cat "$WORK/nics.txt")"
+
 # A NIC that dies mid-run: every rank fails within TOPOCCL_TIMEOUT_MS, and the report names the stuck stream's NIC.
 # (NIC B goes down; NIC A stays up so that OpenMPI itself can still tear the job down.)
 ( sleep 3; ip -n "${PREFIX}1" link set eth1 down ) &

@@ -110,3 +110,21 @@ TEST_CASE("cluster file: fitted alpha and goodput are read, and bundled hosts pr
   CHECK_THAT(errorOf(replaced(kTwoByTwo, "\"rail\": 1, \"near_ranks\": [1]}", "\"rail\": 1, \"alpha_us\": -1}")),
              Catch::Contains(">= 0"));
 }
+
+TEST_CASE("cluster file: with a CPU per local rank, each rank's path to another host leaves through its nearest NIC") {
+  const ClusterFile file = parseClusterFile(kTwoByTwo, "c.json");
+  std::vector<HostReport> reports;
+  for (const ClusterHost& host : file.hosts) reports.push_back({host.name, hostTopology(host, false, true)});
+  const Topology cluster = fuseHosts(reports, FuseOptions{});
+  CHECK(cluster.count(VertexKind::Cpu) == 4);
+  for (int local : {0, 1}) {
+    const std::string cpu = "cpu" + std::to_string(local);
+    const Path path = cluster.path(*cluster.findByName("h0/" + cpu), *cluster.findByName("h1/" + cpu));
+    REQUIRE(path.exists());
+    std::vector<std::string> nics;
+    for (VertexId v : path.vertices)
+      if (cluster.vertex(v).kind == VertexKind::Nic) nics.push_back(cluster.vertex(v).netName);
+    INFO("local rank " << local);
+    CHECK(nics == std::vector<std::string>(2, local == 0 ? "eth0" : "eth1"));
+  }
+}
