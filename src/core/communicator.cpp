@@ -455,20 +455,27 @@ transport::Connection* Communicator::connection(int peer, int channel) {
 // The table's choice; a hierarchical plan needs every host to hold the same number of ranks, else the ring.
 algo::Algorithm Communicator::chooseAlgorithm(algo::Collective collective, size_t bytes) const {
   const algo::Algorithm chosen = selection_->choose(collective, bytes, nranks_, locality_->nhosts());
-  if (chosen != algo::Algorithm::Hierarchical) return chosen;
+  return chosen == algo::Algorithm::Hierarchical && !evenHosts() ? algo::Algorithm::Ring : chosen;
+}
+
+bool Communicator::evenHosts() const {
   for (int host = 0; host < locality_->nhosts(); ++host)
-    if (locality_->ranksOnHost(host).size() != locality_->ranksOnHost(0).size()) return algo::Algorithm::Ring;
-  return chosen;
+    if (locality_->ranksOnHost(host).size() != locality_->ranksOnHost(0).size()) return false;
+  return true;
+}
+
+// A built-in generator's plan; the hierarchical one takes this job's hosts and (near mode) shard weights.
+algo::Plan Communicator::buildPlan(algo::Algorithm algorithm, algo::Collective collective, int root) const {
+  if (algorithm != algo::Algorithm::Hierarchical) return algo::makePlan(algorithm, collective, nranks_, root, nchannels_);
+  std::vector<int> hostOfRank(static_cast<size_t>(nranks_));
+  for (int r = 0; r < nranks_; ++r) hostOfRank[static_cast<size_t>(r)] = locality_->hostIndex(r);
+  return algo::hierarchicalPlan(collective, hostOfRank, nchannels_, algo::Placement::Any, shardWeights_);
 }
 
 const algo::Plan& Communicator::planFor(algo::Algorithm algorithm, algo::Collective collective, int root) {
   auto& slot = plans_[{static_cast<int>(algorithm), static_cast<int>(collective), root}];
   if (!slot) {
-    std::vector<int> hostOfRank(static_cast<size_t>(nranks_));
-    for (int r = 0; r < nranks_; ++r) hostOfRank[static_cast<size_t>(r)] = locality_->hostIndex(r);
-    auto plan = std::make_unique<algo::Plan>(algorithm == algo::Algorithm::Hierarchical
-                                                 ? algo::hierarchicalPlan(collective, hostOfRank, nchannels_, algo::Placement::Any, shardWeights_)
-                                                 : algo::makePlan(algorithm, collective, nranks_, root, nchannels_));
+    auto plan = std::make_unique<algo::Plan>(buildPlan(algorithm, collective, root));
     algo::validateOrThrow(*plan);
     TOPOCCL_INFO(log::kColl, "plan %s for %s root %d: %zu lanes on rank %d", plan->name.c_str(),
                  algo::collectiveName(collective), root, plan->ranks[rank_].lanes.size(), rank_);
@@ -548,11 +555,7 @@ Communicator::Prediction Communicator::predict(algo::Collective collective, size
   // Built afresh rather than taken from plans_, which the progress engine owns.
   std::optional<algo::Plan> built;
   if (!fromFile) {
-    const algo::Algorithm algorithm = chooseAlgorithm(collective, bytes);
-    std::vector<int> hostOfRank(static_cast<size_t>(nranks_));
-    for (int r = 0; r < nranks_; ++r) hostOfRank[static_cast<size_t>(r)] = locality_->hostIndex(r);
-    built = algorithm == algo::Algorithm::Hierarchical ? algo::hierarchicalPlan(collective, hostOfRank, nchannels_, algo::Placement::Any, shardWeights_)
-                                                       : algo::makePlan(algorithm, collective, nranks_, 0, nchannels_);
+    built = buildPlan(chooseAlgorithm(collective, bytes), collective, 0);
   }
   const algo::Plan& plan = fromFile ? *fromFile : *built;
   return {plan.name, modelledMicros(plan, bytes, algo::CostModel::fromTopology(*clusterTopology_, rankDevices()))};
@@ -582,16 +585,9 @@ void Communicator::modelSelection() {
     try {
       if (!clusterTopology_) throwInvalidUsage("no cluster graph (TOPOCCL_TOPO_FUSE=0, or a host could not describe itself)");
       const algo::CostModel model = algo::CostModel::fromTopology(*clusterTopology_, rankDevices());
-      std::vector<int> hostOfRank(static_cast<size_t>(nranks_));
-      bool evenHosts = true;
-      for (int r = 0; r < nranks_; ++r) {
-        hostOfRank[static_cast<size_t>(r)] = locality_->hostIndex(r);
-        evenHosts = evenHosts && locality_->ranksOnHost(locality_->hostIndex(r)).size() == locality_->ranksOnHost(0).size();
-      }
       const auto planOf = [&](algo::Algorithm a, algo::Collective c) -> std::optional<algo::Plan> {
-        if (a == algo::Algorithm::Hierarchical)
-          return evenHosts ? std::optional<algo::Plan>(algo::hierarchicalPlan(c, hostOfRank, nchannels_, algo::Placement::Any, shardWeights_)) : std::nullopt;
-        return algo::makePlan(a, c, nranks_, 0, nchannels_);
+        if (a == algo::Algorithm::Hierarchical && !evenHosts()) return std::nullopt;
+        return buildPlan(a, c, 0);
       };
       const auto timeOf = [&](const algo::Plan& plan, uint64_t bytes) { return modelledMicros(plan, bytes, model); };
       std::vector<algo::ModelledChoice> choices;

@@ -131,52 +131,49 @@ double networkLinkLatencyUs(const ClusterFile& file) {
   return alpha / 2;
 }
 
+namespace {
+
+// Bus ids order NICs into rails when hosts are fused (see cluster.hpp), so they follow the rail.
+VertexId addNic(Topology& t, size_t index, const std::string& netName, double gbps, int rail) {
+  char bus[32];
+  std::snprintf(bus, sizeof(bus), "0000:%02x:00.0", 0x10 + rail);
+  return t.addVertex(Vertex{.kind = VertexKind::Nic, .name = "nic" + std::to_string(index), .busId = bus,
+                            .netName = netName, .speedGbps = gbps, .linkLayer = LinkLayer::Ethernet});
+}
+
+double speedOf(const ClusterNic& nic) { return nic.goodputGbps > 0 ? nic.goodputGbps : nic.gbps; }
+
+}  // namespace
+
 Topology hostTopology(const ClusterHost& host, bool bundled, bool perRankCpus) {
   Topology t;
   t.name = host.name;
   t.source = "cluster file host " + host.name;
   const VertexId cpu = t.addVertex(Vertex{.kind = VertexKind::Cpu, .name = "cpu0", .numaId = 0});
-  if (perRankCpus && !bundled) {
-    std::vector<VertexId> cpus{cpu};
+  if (bundled && host.nics.size() > 1) {
+    std::string names;
+    double gbps = 0;
+    for (const ClusterNic& nic : host.nics) {
+      names += (names.empty() ? "" : "+") + nic.name;
+      gbps += speedOf(nic);
+    }
+    t.addLink(cpu, addNic(t, 0, names, gbps, 0), Link{.kind = LinkKind::Pcie});
+    return t;
+  }
+  std::vector<VertexId> cpus{cpu};
+  if (perRankCpus) {
     for (int l = 1; l < host.ranks; ++l)
       cpus.push_back(t.addVertex(Vertex{.kind = VertexKind::Cpu, .name = "cpu" + std::to_string(l), .numaId = l}));
     for (size_t a = 0; a < cpus.size(); ++a)
       for (size_t b = a + 1; b < cpus.size(); ++b)  // ranks of one host meet in memory: one thread's memcpy
         t.addLink(cpus[a], cpus[b], Link{.kind = LinkKind::CpuInterconnect, .bandwidthGBs = 10.0});
-    for (size_t n = 0; n < host.nics.size(); ++n) {
-      const ClusterNic& nic = host.nics[n];
-      char bus[32];
-      std::snprintf(bus, sizeof(bus), "0000:%02x:00.0", 0x10 + nic.rail);
-      const VertexId id = t.addVertex(Vertex{.kind = VertexKind::Nic, .name = "nic" + std::to_string(n), .busId = bus,
-                                             .netName = nic.name, .speedGbps = nic.goodputGbps > 0 ? nic.goodputGbps : nic.gbps,
-                                             .linkLayer = LinkLayer::Ethernet});
-      if (nic.nearRanks.empty()) t.addLink(cpu, id, Link{.kind = LinkKind::Pcie});
-      for (int l : nic.nearRanks) t.addLink(cpus[static_cast<size_t>(l)], id, Link{.kind = LinkKind::Pcie});
-    }
-    return t;
-  }
-  const auto speedOf = [](const ClusterNic& nic) { return nic.goodputGbps > 0 ? nic.goodputGbps : nic.gbps; };
-  if (bundled && host.nics.size() > 1) {
-    ClusterNic bundle;
-    bundle.rail = 0;
-    for (const ClusterNic& nic : host.nics) {
-      bundle.name += (bundle.name.empty() ? "" : "+") + nic.name;
-      bundle.gbps += speedOf(nic);
-    }
-    const VertexId id = t.addVertex(Vertex{.kind = VertexKind::Nic, .name = "nic0", .busId = "0000:10:00.0",
-                                           .netName = bundle.name, .speedGbps = bundle.gbps,
-                                           .linkLayer = LinkLayer::Ethernet});
-    t.addLink(cpu, id, Link{.kind = LinkKind::Pcie});
-    return t;
   }
   for (size_t n = 0; n < host.nics.size(); ++n) {
     const ClusterNic& nic = host.nics[n];
-    // Bus ids order NICs into rails when hosts are fused (see cluster.hpp), so they follow the rail.
-    char bus[32];
-    std::snprintf(bus, sizeof(bus), "0000:%02x:00.0", 0x10 + nic.rail);
-    const VertexId id = t.addVertex(Vertex{.kind = VertexKind::Nic, .name = "nic" + std::to_string(n), .busId = bus,
-                                           .netName = nic.name, .speedGbps = speedOf(nic), .linkLayer = LinkLayer::Ethernet});
-    t.addLink(cpu, id, Link{.kind = LinkKind::Pcie});
+    const VertexId id = addNic(t, n, nic.name, speedOf(nic), nic.rail);
+    if (!perRankCpus || nic.nearRanks.empty()) t.addLink(cpu, id, Link{.kind = LinkKind::Pcie});
+    else
+      for (int l : nic.nearRanks) t.addLink(cpus[static_cast<size_t>(l)], id, Link{.kind = LinkKind::Pcie});
   }
   return t;
 }
