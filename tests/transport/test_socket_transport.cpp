@@ -231,6 +231,14 @@ TEST_CASE("socket transport over two NICs of unequal speed delivers every byte, 
   // Automatic stream count: one per NIC pair when there are several.
   CHECK_THAT(c0->describe(), Catch::Contains("2 streams") && Catch::Contains("loA->loA w4000") &&
                                  Catch::Contains("loB->loB w1000"));
+  // A receive nobody sends to: the stall report names the stream and its NIC, on both sides.
+  CHECK(c0->describeStall() == "every stream idle");
+  std::vector<char> sink(64);
+  c0->postRecv(RecvAction{sink.data()}, sink.size());
+  c1->postRecv(RecvAction{sink.data()}, sink.size());
+  for (int i = 0; i < 10; ++i) c0->progress(), c1->progress();
+  CHECK_THAT(c0->describeStall(), Catch::Contains("stuck: stream 0 loA->loA receiving message #"));
+  CHECK_THAT(c1->describeStall(), Catch::Contains("stuck: stream 0 ->loA receiving message #"));
 }
 
 TEST_CASE("socket transport moves random payloads both ways on two channels, with 1 and 3 streams") {

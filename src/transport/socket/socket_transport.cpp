@@ -133,10 +133,11 @@ class AcceptHub {
   struct Arrived {
     FileDescriptor fd;
     StreamHello hello;
+    std::string nic;  // the interface of the listener it came in on ("" when unnamed)
   };
 
-  AcceptHub(const CommIdentity& identity, std::vector<bootstrap::Listener> listeners)
-      : identity_(identity), listeners_(std::move(listeners)) {
+  AcceptHub(const CommIdentity& identity, std::vector<bootstrap::Listener> listeners, std::vector<std::string> nicNames)
+      : identity_(identity), listeners_(std::move(listeners)), nicNames_(std::move(nicNames)) {
     name_ = "socket transport rank " + std::to_string(identity.rank) + " listener";
     for (const auto& listener : listeners_) name_ += " " + listener.address.toString();
   }
@@ -144,12 +145,13 @@ class AcceptHub {
   // Accepts what is pending on every NIC and reads hellos as far as they have arrived. Never blocks.
   void poll() {
     std::lock_guard lock(mutex_);
-    for (const auto& listener : listeners_) {
+    for (size_t i = 0; i < listeners_.size(); ++i) {
       for (;;) {
         SocketAddress from;
-        FileDescriptor fd = bootstrap::acceptConnection(listener.fd.get(), true, &from, name_);
+        FileDescriptor fd = bootstrap::acceptConnection(listeners_[i].fd.get(), true, &from, name_);
         if (!fd) break;
-        pending_.push_back(Pending{std::move(fd), from, {}, 0, Clock::now() + kHelloPatience});
+        pending_.push_back(Pending{std::move(fd), from, {}, 0, Clock::now() + kHelloPatience,
+                                   i < nicNames_.size() ? nicNames_[i] : std::string()});
       }
     }
     const auto now = Clock::now();
@@ -173,6 +175,7 @@ class AcceptHub {
     StreamHello hello;
     size_t received = 0;
     Deadline giveUpAt;
+    std::string nic;
   };
 
   // Returns true when `pending` is finished with (parked or dropped).
@@ -208,12 +211,13 @@ class AcceptHub {
     }
     TOPOCCL_TRACE(log::kNet, "%s: stream %d/%d from rank %d channel %d arrived", name_.c_str(), hello.streamIndex,
                   hello.nstreams, hello.rank, hello.channel);
-    parked_[{hello.rank, hello.channel}].push_back(Arrived{std::move(pending.fd), hello});
+    parked_[{hello.rank, hello.channel}].push_back(Arrived{std::move(pending.fd), hello, pending.nic});
     return true;
   }
 
   const CommIdentity identity_;
   std::vector<bootstrap::Listener> listeners_;
+  std::vector<std::string> nicNames_;  // per listener
   std::string name_;
   std::mutex mutex_;
   std::vector<Pending> pending_;
@@ -238,6 +242,7 @@ class SocketConnection final : public Connection {
       setStreamCount(static_cast<int>(routes_.size()));
       for (int index = 0; index < nstreams_; ++index) {
         streams_[static_cast<size_t>(index)].weight = routes_[static_cast<size_t>(index)].weight;
+        streams_[static_cast<size_t>(index)].label = routes_[static_cast<size_t>(index)].label;
         startDial(index);
       }
     }
@@ -303,7 +308,7 @@ class SocketConnection final : public Connection {
     std::string out;
     for (size_t i = 0; i < streams_.size(); ++i) {
       const Stream& stream = streams_[i];
-      const std::string name = "stream " + std::to_string(i) + (routes_.empty() ? "" : " " + routes_[i].label);
+      const std::string name = "stream " + std::to_string(i) + (stream.label.size() > 2 ? " " + stream.label : "");
       if (stream.receiving)
         out += (out.empty() ? "" : ", ") + name + " receiving message #" + std::to_string(stream.recvCursor - 1) + " (" +
                std::to_string(stream.recvHeader.length > stream.recvPayloadDone && stream.recvHeaderDone == sizeof(PartHeader)
@@ -355,6 +360,7 @@ class SocketConnection final : public Connection {
     FileDescriptor selfIn;
     bool connected = false;  // dialled stream finished its handshake (accepted ones start true)
     uint32_t weight = 1;     // from the route (dialler) or the hello (acceptor)
+    std::string label;       // for reports: "eth0->eth0" (dialler), "->eth0" (acceptor)
     Deadline retryAt{};
     StreamHello hello;  // dialler only: goes out before any part
     size_t helloSent = sizeof(StreamHello);
@@ -482,6 +488,7 @@ class SocketConnection final : public Connection {
       if (!dials_) {
         slot->connected = true;
         slot->weight = hello.weight;
+        slot->label = "->" + arrived.nic;  // the dialler's NIC is its business; ours is where it arrived
       }
     }
     if (nstreams_ == 0) return false;
@@ -816,7 +823,9 @@ std::unique_ptr<Transport> makeSocketTransport(const CommIdentity& identity, std
                  nic.gbps > 0 ? (", " + std::to_string(nic.gbps) + " Gbit/s, rail " + std::to_string(nic.rail)).c_str() : "");
   }
   if (listenOut) *listenOut = endpoints;
-  auto hub = std::make_shared<AcceptHub>(identity, std::move(listeners));
+  std::vector<std::string> names;
+  for (const NicEndpoint& endpoint : endpoints) names.push_back(endpoint.name);
+  auto hub = std::make_shared<AcceptHub>(identity, std::move(listeners), std::move(names));
   return std::make_unique<SocketTransport>(identity, std::move(hub), std::move(hostId), std::move(endpoints));
 }
 
