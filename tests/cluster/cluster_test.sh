@@ -13,7 +13,12 @@ command -v mpirun >/dev/null || skip "no mpirun (openmpi-bin)"
 command -v tc >/dev/null || skip "no tc (iproute2)"
 probe="tcprobe$$"
 ip netns add "$probe" 2>/dev/null || skip "cannot create network namespaces here"
+probe_ok=1
+ip -n "$probe" link add p0 type veth peer name p1 2>/dev/null || probe_ok=0
+[ "$probe_ok" = 1 ] && { tc -n "$probe" qdisc add dev p0 root tbf rate 1gbit burst 128k latency 20ms 2>/dev/null || probe_ok=2; }
 ip netns del "$probe"
+[ "$probe_ok" = 0 ] && skip "cannot create veth pairs here"
+[ "$probe_ok" = 2 ] && skip "the kernel has no tbf qdisc to shape NICs with"
 for bin in all_reduce_perf all_gather_perf reduce_scatter_perf alltoall_perf broadcast_perf reduce_perf \
   sendrecv_perf gather_perf scatter_perf; do
   [ -x "$BUILD/perf/$bin" ] || skip "$BUILD/perf/$bin not built (needs MPI)"
