@@ -605,19 +605,31 @@ void Communicator::modelSelection() {
       TOPOCCL_WARN("selection: no modelled rows, the default table decides: %s", e.what());
       rows.clear();
     }
-    for (int r = 1; r < nranks_; ++r) {
-      const uint64_t count = rows.size();
-      bootstrap_->send(r, kModelTag, &count, sizeof(count));
-      if (count > 0) bootstrap_->send(r, kModelTag, rows.data(), rows.size() * sizeof(algo::SelectionRow));
-    }
-  } else {
-    uint64_t count = 0;
-    bootstrap_->recv(0, kModelTag, &count, sizeof(count));
-    if (count > 1024) throwInternalError("selection: rank 0 sent " + std::to_string(count) + " modelled rows");
-    rows.resize(count);
-    if (count > 0) bootstrap_->recv(0, kModelTag, rows.data(), rows.size() * sizeof(algo::SelectionRow));
   }
+  std::string bytes(reinterpret_cast<const char*>(rows.data()), rows.size() * sizeof(algo::SelectionRow));
+  bytes = shareFromRankZero(kModelTag, std::move(bytes));
+  if (bytes.size() % sizeof(algo::SelectionRow) != 0)
+    throwInternalError("selection: rank 0 sent " + std::to_string(bytes.size()) + " bytes of modelled rows");
+  rows.resize(bytes.size() / sizeof(algo::SelectionRow));
+  std::memcpy(rows.data(), bytes.data(), bytes.size());
   selection_->prependRows(rows);
+}
+
+// Rank 0's `bytes` to every rank (the others' argument is ignored); every rank returns rank 0's bytes.
+std::string Communicator::shareFromRankZero(int tag, std::string bytes) {
+  if (rank_ == 0) {
+    for (int r = 1; r < nranks_; ++r) {
+      const uint64_t size = bytes.size();
+      bootstrap_->send(r, tag, &size, sizeof(size));
+      if (size > 0) bootstrap_->send(r, tag, bytes.data(), bytes.size());
+    }
+    return bytes;
+  }
+  uint64_t size = 0;
+  bootstrap_->recv(0, tag, &size, sizeof(size));
+  bytes.resize(size);
+  if (size > 0) bootstrap_->recv(0, tag, bytes.data(), size);
+  return bytes;
 }
 
 void Communicator::synthesizePlans() {
@@ -680,17 +692,8 @@ void Communicator::synthesizePlans() {
       TOPOCCL_WARN("TOPOCCL_SYNTHESIZE: no synthesized plans, the selection table decides: %s", e.what());
       blob.clear();
     }
-    for (int r = 1; r < nranks_; ++r) {
-      const uint64_t size = blob.size();
-      bootstrap_->send(r, kSynthTag, &size, sizeof(size));
-      if (size > 0) bootstrap_->send(r, kSynthTag, blob.data(), blob.size());
-    }
-  } else {
-    uint64_t size = 0;
-    bootstrap_->recv(0, kSynthTag, &size, sizeof(size));
-    blob.resize(size);
-    if (size > 0) bootstrap_->recv(0, kSynthTag, blob.data(), size);
   }
+  blob = shareFromRankZero(kSynthTag, std::move(blob));
   if (blob.empty()) return;
   std::istringstream records(blob);
   int count = 0;

@@ -136,6 +136,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::vector<topo::VertexId> rankDevices() const;
   double modelledMicros(const algo::Plan& plan, uint64_t bytes, const algo::CostModel& model) const;
   void modelSelection();
+  std::string shareFromRankZero(int tag, std::string bytes);
   bool evenHosts() const;  // every host holds the same number of ranks (the hierarchical plan needs it)
   algo::Plan buildPlan(algo::Algorithm algorithm, algo::Collective collective, int root) const;
   algo::Algorithm chooseAlgorithm(algo::Collective collective, size_t bytes) const;
