@@ -103,7 +103,8 @@ nics_of_ranks -x NCCL_ALGO=hierarchical
 echo "all, per rank process on host 0: $(tr '\n' ';' < "$WORK/nics.txt")"
 [ "$(awk 'NF == 3' "$WORK/nics.txt" | wc -l)" = 2 ] || fail "striped ranks should each send on both NICs: $(cat "$WORK/nics.txt")"
 
-# A NIC that dies mid-run: every rank fails within TOPOCCL_TIMEOUT_MS, and the report names the stuck stream's NIC.
+# A NIC that dies mid-run: every rank fails within TOPOCCL_TIMEOUT_MS, and the report names the stuck stream's NIC
+# ("eth1->eth1" from the dialling side, "->eth1" from the accepting side: whichever rank stalls first reports).
 # (NIC B goes down; NIC A stays up so that OpenMPI itself can still tear the job down.)
 ( sleep 3; ip -n "${PREFIX}1" link set eth1 down ) &
 downer=$!
@@ -114,7 +115,7 @@ fi
 wait "$downer"
 elapsed=$(( $(date +%s) - started ))
 ip -n "${PREFIX}1" link set eth1 up
-grep -q "made no progress for 3000 ms" "$WORK/out.txt" && grep -q "stuck: .*eth1->eth1" "$WORK/out.txt" ||
+grep -q "made no progress for 3000 ms" "$WORK/out.txt" && grep -q "stuck: .*->eth1" "$WORK/out.txt" ||
   { cat "$WORK/out.txt"; fail "no stall report naming eth1"; }
 [ "$elapsed" -lt 30 ] || fail "the job took $elapsed s to fail after NIC B went down"
 echo "ok: NIC B down mid-run -> every rank failed in ${elapsed} s (link down at 3 s), naming the stuck eth1 stream"
