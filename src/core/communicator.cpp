@@ -27,6 +27,7 @@
 #include "common/log.hpp"
 #include "common/params.hpp"
 #include "core/execution.hpp"
+#include "kernels/host_copy.hpp"
 #include "kernels/host_reduce.hpp"
 #include "topology/cluster.hpp"
 #include "topology/cluster_file.hpp"
@@ -354,14 +355,26 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
     if (configured < 0) throwInvalidArgument(std::string(params::kSpinPolls.name()) + "=" + std::to_string(configured) + " must be >= 0");
     spinsBeforeYield_ = configured > 0 ? static_cast<unsigned>(std::min<int64_t>(configured, 1 << 30))
                                        : (localRanks <= static_cast<size_t>(cores) ? 4096 : 1);
+    machineRanks_ = std::max<size_t>(1, localRanks);
   }
+  // Streaming stores pay once the buffers of every rank on this machine are well past its last-level
+  // cache (at 2x they still lose, at 4x they win: perf/RESULTS.md), so the default is 3x.
+  const int64_t streaming = params::kStreamingStoresBytes.get();
+  if (streaming > 0) streamingThreshold_ = static_cast<uint64_t>(streaming);
+  else if (streaming < 0) streamingThreshold_ = UINT64_MAX;
+  else if (const size_t cache = kernels::lastLevelCacheBytes(); cache > 0) streamingThreshold_ = 3 * static_cast<uint64_t>(cache);
+  else streamingThreshold_ = 96ull << 20;
   if (log::enabled(log::Level::Info, log::kInit)) {
     std::ostringstream routes;
     for (int r = 0; r < nranks_; ++r)
       if (r != rank_) routes << " " << r << ":" << transportFor(r).name();
-    TOPOCCL_INFO(log::kInit, "comm %s rank %d nranks %d hosts %d slice %zu B (>= %zu a step) channels %d spin %u polls; peers via%s",
+    const std::string streamingFrom =
+        streamingThreshold_ == UINT64_MAX ? std::string("never") : std::to_string(streamingThreshold_ >> 20) + " MiB";
+    TOPOCCL_INFO(log::kInit,
+                 "comm %s rank %d nranks %d hosts %d slice %zu B (>= %zu a step) channels %d spin %u polls; streaming "
+                 "stores from %s (x %zu ranks); peers via%s",
                  options_.name.c_str(), rank_, nranks_, locality_->nhosts(), sliceBytes_, slicesPerStep_, nchannels_, spinsBeforeYield_,
-                 routes.str().c_str());
+                 streamingFrom.c_str(), machineRanks_, routes.str().c_str());
     TOPOCCL_INFO(log::kTuning, "selection table:\n%s", selection_->describe().c_str());
   }
   engine_ = std::thread([this] { progressLoop(); });
@@ -814,6 +827,8 @@ std::unique_ptr<Execution> Communicator::buildCollective(const CollectiveArgs& a
     again->reset();
     return again;
   }
+  // What this rank's buffers take, times the ranks sharing the machine's caches.
+  const uint64_t footprint = static_cast<uint64_t>(inBlocks + outBlocks) * blockBytes * machineRanks_;
 
   std::vector<ResolvedLane> lanes;
   const auto& program = plan.ranks[rank_];
@@ -838,7 +853,11 @@ std::unique_ptr<Execution> Communicator::buildCollective(const CollectiveArgs& a
   }
   std::string name = std::string(algo::collectiveName(args.collective)) + " (" + plan.name + ", " +
                      std::to_string(args.count) + " x " + dataTypeName(args.type) + ")";
-  return std::make_unique<Execution>(std::move(name), std::move(lanes), reduce, elem, sliceBytes_, &staging_, slicesPerStep_);
+  auto execution = std::make_unique<Execution>(std::move(name), std::move(lanes), reduce, elem, sliceBytes_, &staging_, slicesPerStep_);
+  // Not where ranks reduce: there the copies are the all-gather half, and the reduced chunks they copy are
+  // still in cache (2-rank all-reduce at 32-256 MiB measured 0.87-0.96x with them).
+  execution->setStreamingStores(reduce == nullptr && footprint >= streamingThreshold_);
+  return execution;
 }
 
 std::unique_ptr<Execution> Communicator::buildPointToPoint(const std::vector<const PointToPointArgs*>& ops) {

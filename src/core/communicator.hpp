@@ -190,6 +190,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // Idle polls before the progress loop yields its core: many when every local rank has a core of its
   // own (a yield is a syscall, and the peer is about to answer), few when ranks outnumber cores.
   unsigned spinsBeforeYield_ = 1;
+  size_t machineRanks_ = 1;                  // ranks of this communicator sharing this machine's cores and caches
+  uint64_t streamingThreshold_ = UINT64_MAX;  // footprint from which copies use streaming stores
 
   mutable std::mutex queueMutex_;
   std::condition_variable queueChanged_;  // the engine waits here for work or stop

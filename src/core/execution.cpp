@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "common/error.hpp"
+#include "kernels/host_copy.hpp"
 
 namespace topoccl::core {
 
@@ -120,6 +121,7 @@ bool Execution::pumpReceives(size_t laneIndex) {
     const size_t length = sliceLength(state, step, state.slicesPosted);
     transport::RecvAction action;
     action.elementSize = elementSize_;
+    action.streaming = streamingStores_;
     if (step.kind == StepKind::RecvReduceSend) {
       action.dst = stagingOf_[laneIndex][state.step] + offset;
     } else {
@@ -168,7 +170,9 @@ bool Execution::advanceLane(size_t laneIndex) {
       case StepKind::Copy:
         if (step.bytes > 0 && step.src != step.dst) {
           if (writeHazard(step.dst, step.dst + step.bytes)) return false;
-          std::memmove(step.dst, step.src, step.bytes);
+          const bool disjoint = step.dst + step.bytes <= step.src || step.src + step.bytes <= step.dst;
+          if (streamingStores_ && disjoint) kernels::streamingCopy(step.dst, step.src, step.bytes);
+          else std::memmove(step.dst, step.src, step.bytes);
         }
         break;
       case StepKind::Reduce:

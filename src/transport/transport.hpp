@@ -23,6 +23,8 @@ struct RecvAction {
   const void* operand = nullptr;  // null: plain copy
   ReduceFn reduce = nullptr;      // required when operand is set
   size_t elementSize = 1;
+  // The operation's buffers exceed the caches: a copy writes around them (kernels::streamingCopy).
+  bool streaming = false;
 };
 
 // One NIC a rank listens on (socket transport).

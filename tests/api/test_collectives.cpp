@@ -68,3 +68,11 @@ TEST_CASE("every collective with NCCL_ALGO=direct on TCP processes with 3 ranks"
 TEST_CASE("every collective with NCCL_ALGO=rd on 2 channels on TCP processes with 7 ranks") {
   runMatrix(RankMode::ProcessesTcp, 7, false, {{"NCCL_ALGO", "allreduce:rd"}, {"TOPOCCL_NCHANNELS", "2"}});
 }
+// Streaming stores on every plain copy and receive (the threshold at 1 byte), over the local transport
+// (threads) and shm processes, on sizes that are primes and unaligned, so their heads and tails run.
+TEST_CASE("every collective with streaming stores forced (TOPOCCL_STREAMING_STORES_BYTES=1) on threads with 4 ranks") {
+  runMatrix(RankMode::Threads, 4, false, {{"TOPOCCL_STREAMING_STORES_BYTES", "1"}});
+}
+TEST_CASE("every collective with streaming stores forced (TOPOCCL_STREAMING_STORES_BYTES=1) on shm processes with 3 ranks") {
+  runMatrix(RankMode::ProcessesShm, 3, false, {{"TOPOCCL_STREAMING_STORES_BYTES", "1"}});
+}

@@ -11,6 +11,7 @@
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "common/params.hpp"
+#include "kernels/host_copy.hpp"
 
 namespace topoccl::transport {
 namespace {
@@ -95,7 +96,8 @@ void validateRecvAction(const RecvAction& action, size_t bytes, const std::strin
 void applyRecvAction(const RecvAction& action, const void* incoming, size_t bytes) {
   if (bytes == 0) return;
   if (action.operand == nullptr) {
-    std::memcpy(action.dst, incoming, bytes);
+    if (action.streaming) kernels::streamingCopy(action.dst, incoming, bytes);
+    else std::memcpy(action.dst, incoming, bytes);
   } else {
     action.reduce(action.dst, incoming, action.operand, bytes / action.elementSize);
   }

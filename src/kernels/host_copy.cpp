@@ -1,0 +1,75 @@
+#include "kernels/host_copy.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
+namespace topoccl::kernels {
+
+void streamingCopy(void* dst, const void* src, size_t bytes) {
+#if defined(__x86_64__)
+  auto* out = static_cast<unsigned char*>(dst);
+  const auto* in = static_cast<const unsigned char*>(src);
+  // Head: up to the destination's first 16-byte boundary (streaming stores need it aligned).
+  const size_t head = std::min(bytes, (16 - reinterpret_cast<uintptr_t>(out) % 16) % 16);
+  std::memcpy(out, in, head);
+  out += head;
+  in += head;
+  bytes -= head;
+  // Body: 64 bytes (one line) a round, four loads before four stores.
+  size_t i = 0;
+  for (; i + 64 <= bytes; i += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i + 32));
+    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out + i + 48), d);
+  }
+  _mm_sfence();
+  std::memcpy(out + i, in + i, bytes - i);
+#else
+  std::memcpy(dst, src, bytes);
+#endif
+}
+
+size_t lastLevelCacheBytes() {
+  // index3 is the L3 where there is one; take the largest cache sysfs lists for cpu0.
+  size_t largest = 0;
+  for (int index = 0; index < 8; ++index) {
+    std::ifstream file("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/size");
+    std::string text;
+    if (!(file >> text) || text.empty()) continue;
+    size_t value = 0;
+    size_t used = 0;
+    try {
+      value = std::stoull(text, &used);
+    } catch (...) {
+      continue;
+    }
+    const char unit = used < text.size() ? text[used] : ' ';
+    if (unit == 'K') value <<= 10;
+    else if (unit == 'M') value <<= 20;
+    else if (unit == 'G') value <<= 30;
+    largest = std::max(largest, value);
+  }
+#ifdef _SC_LEVEL3_CACHE_SIZE
+  if (largest == 0) {
+    const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (l3 > 0) largest = static_cast<size_t>(l3);
+  }
+#endif
+  return largest;
+}
+
+}  // namespace topoccl::kernels

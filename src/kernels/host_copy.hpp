@@ -1,0 +1,19 @@
+// Host copies for transfers larger than the caches. A copy whose buffers do not fit the last-level
+// cache gains nothing from caching what it writes: non-temporal stores skip the read-for-ownership of
+// every destination line and leave the cache to data that will be read again (perf/RESULTS.md:
+// 1.13-1.4x on 32-64 MiB copies by two cores here, and 0.3-0.6x in cache, hence the size rule).
+#pragma once
+
+#include <cstddef>
+
+namespace topoccl::kernels {
+
+// memcpy's contract (no overlap), with non-temporal stores where the CPU has them (x86-64: SSE2);
+// elsewhere plain memcpy. Any alignment and length; the stores are fenced before it returns, so a
+// flag published afterwards orders after the data as with memcpy.
+void streamingCopy(void* dst, const void* src, size_t bytes);
+
+// The last-level cache of this machine in bytes (sysfs, then sysconf), 0 when unknown.
+size_t lastLevelCacheBytes();
+
+}  // namespace topoccl::kernels

@@ -1,0 +1,38 @@
+// streamingCopy against the source bytes it copies: fresh random data, lengths around the 16-byte
+// store and 64-byte round boundaries (and a prime above a MiB), every source and destination
+// offset modulo 16, and guard bytes on both sides of the destination.
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "kernels/host_copy.hpp"
+#include "reference.hpp"
+
+using topoccl::kernels::streamingCopy;
+
+TEST_CASE("streamingCopy copies every byte at every alignment and length, and nothing outside") {
+  const uint64_t seed = topoccl::kernels::test::testSeed();
+  INFO("seed " << seed);
+  std::mt19937_64 random(seed);
+  constexpr unsigned char kGuard = 0x5a;
+  constexpr size_t kSlack = 64;
+  const size_t lengths[] = {0, 1, 2, 15, 16, 17, 31, 47, 63, 64, 65, 127, 128, 129, 191, 4099, 65537, 1048583};
+  for (size_t length : lengths) {
+    std::vector<unsigned char> source(length + 2 * kSlack);
+    for (auto& byte : source) byte = static_cast<unsigned char>(random());
+    std::vector<unsigned char> target(length + 2 * kSlack);
+    for (size_t srcOffset = 0; srcOffset < 16; srcOffset += (length > 4096 ? 5 : 1)) {
+      for (size_t dstOffset = 0; dstOffset < 16; dstOffset += (length > 4096 ? 3 : 1)) {
+        std::fill(target.begin(), target.end(), kGuard);
+        unsigned char* dst = target.data() + kSlack + dstOffset;
+        const unsigned char* src = source.data() + kSlack + srcOffset;
+        streamingCopy(dst, src, length);
+        INFO("length " << length << ", source offset " << srcOffset << ", destination offset " << dstOffset);
+        REQUIRE(std::equal(src, src + length, dst));
+        for (unsigned char* p = target.data(); p < dst; ++p) REQUIRE(*p == kGuard);
+        for (unsigned char* p = dst + length; p < target.data() + target.size(); ++p) REQUIRE(*p == kGuard);
+      }
+    }
+  }
+}
