@@ -58,7 +58,7 @@ inline const Param<int64_t> kSpinPolls{"TOPOCCL_SPIN_POLLS", 0,
 inline const Param<int64_t> kStreamingStoresBytes{
     "TOPOCCL_STREAMING_STORES_BYTES", 0,
     "Copies write around the caches (non-temporal stores) when an operation's buffers, times the ranks on the "
-    "machine, reach this many bytes; 0: 3 x the last-level cache; negative: never"};
+    "machine, reach this many bytes; 0: 1.5 x the last-level cache; negative: never"};
 inline const Param<bool> kCommBlocking{"NCCL_COMM_BLOCKING", true, "Overrides ncclConfig_t.blocking"};
 
 // Topology.

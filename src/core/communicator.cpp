@@ -357,13 +357,14 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
                                        : (localRanks <= static_cast<size_t>(cores) ? 4096 : 1);
     machineRanks_ = std::max<size_t>(1, localRanks);
   }
-  // Streaming stores pay once the buffers of every rank on this machine are well past its last-level
-  // cache (at 2x they still lose, at 4x they win: perf/RESULTS.md), so the default is 3x.
+  // Streaming stores pay once the buffers of every rank on this machine are past its last-level cache:
+  // at 0.5x they took twice as long, at 1-1.25x up to 1.35x on 4 ranks, from 1.5x on they won by 1.1-1.45x
+  // (perf/RESULTS.md), so the default is 1.5x.
   const int64_t streaming = params::kStreamingStoresBytes.get();
   if (streaming > 0) streamingThreshold_ = static_cast<uint64_t>(streaming);
   else if (streaming < 0) streamingThreshold_ = UINT64_MAX;
-  else if (const size_t cache = kernels::lastLevelCacheBytes(); cache > 0) streamingThreshold_ = 3 * static_cast<uint64_t>(cache);
-  else streamingThreshold_ = 96ull << 20;
+  else if (const size_t cache = kernels::lastLevelCacheBytes(); cache > 0) streamingThreshold_ = 3 * static_cast<uint64_t>(cache) / 2;
+  else streamingThreshold_ = 48ull << 20;
   if (log::enabled(log::Level::Info, log::kInit)) {
     std::ostringstream routes;
     for (int r = 0; r < nranks_; ++r)

@@ -1,7 +1,7 @@
 // Host copies for transfers larger than the caches. A copy whose buffers do not fit the last-level
 // cache gains nothing from caching what it writes: non-temporal stores skip the read-for-ownership of
 // every destination line and leave the cache to data that will be read again (perf/RESULTS.md:
-// 1.13-1.4x on 32-64 MiB copies by two cores here, and 0.3-0.6x in cache, hence the size rule).
+// 1.1-1.45x on collectives past the cache here, and half the speed in cache, hence the size rule).
 #pragma once
 
 #include <cstddef>
