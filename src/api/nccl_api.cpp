@@ -2,6 +2,7 @@
 // last-error text. Every entry point is defined as pnccl* and exported under both names.
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -46,6 +47,15 @@ void setLastError(const std::string& message) {
 // Live communicator handles, so a destroyed or made-up handle is an error, not a crash.
 std::mutex gCommsMutex;
 std::set<ncclComm*> gComms;
+// Bumped whenever a handle goes away: a thread that found a handle live at the same generation needs no
+// lock to know it still is (the per-call path; a handle destroyed while another thread uses it is the
+// caller's race either way).
+std::atomic<uint64_t> gCommsGeneration{0};
+struct CheckedComm {
+  ncclComm* comm = nullptr;
+  uint64_t generation = 0;
+};
+thread_local CheckedComm tlsCheckedComm;
 
 void registerComm(ncclComm* comm) {
   std::lock_guard lock(gCommsMutex);
@@ -54,6 +64,7 @@ void registerComm(ncclComm* comm) {
 void unregisterComm(ncclComm* comm) {
   std::lock_guard lock(gCommsMutex);
   gComms.erase(comm);
+  gCommsGeneration.fetch_add(1, std::memory_order_release);
 }
 
 // Runs `body`, turning exceptions into the status code and last-error text.
@@ -76,9 +87,12 @@ ncclResult_t guarded(const char* function, Body&& body) {
 
 ncclComm* checkComm(ncclComm_t comm, const char* function) {
   if (comm == nullptr) badArgument(function, "comm is NULL");
-  {
+  const uint64_t generation = gCommsGeneration.load(std::memory_order_acquire);
+  CheckedComm& checked = tlsCheckedComm;
+  if (checked.comm != comm || checked.generation != generation) {
     std::lock_guard lock(gCommsMutex);
     if (!gComms.count(comm)) badArgument(function, "comm is not a live communicator (already destroyed?)");
+    checked = {comm, generation};
   }
   if (!comm->impl) {
     if (comm->initResult == ncclInProgress)

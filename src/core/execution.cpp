@@ -66,6 +66,7 @@ size_t Execution::sliceLength(const LaneState& state, const ResolvedStep& step, 
 // size, so they cut it alike.
 size_t Execution::sliceBytesFor(size_t stepBytes) const {
   const size_t floor = std::min(kMinSliceBytes, sliceBytes_);
+  if (stepBytes <= floor) return std::max(elementSize_, floor / elementSize_ * elementSize_);  // one slice; no divisions
   size_t slice = std::clamp(stepBytes / slicesPerStep_ / 4096 * 4096, floor, sliceBytes_);
   return std::max(elementSize_, slice / elementSize_ * elementSize_);
 }
