@@ -20,6 +20,10 @@ namespace topoccl::kernels {
 cudaError_t launchReduce(DataType type, ReduceOp op, void* dst, const void* a, const void* b, size_t count,
                          cudaStream_t stream);
 
+// Enqueues a copy of `bytes` bytes (device or mapped pointers, no overlap) on `stream`, 16 bytes a thread
+// where src and dst share their offset modulo 16. 0 bytes launches nothing.
+cudaError_t launchCopy(void* dst, const void* src, size_t bytes, cudaStream_t stream);
+
 }  // namespace topoccl::kernels
 
 #endif

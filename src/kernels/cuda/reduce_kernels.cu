@@ -1,36 +1,46 @@
-// CUDA elementwise reduction: one grid-stride kernel per (type, op), built from the same operator
-// functors as the host loops so both sides produce bit-identical results.
+// CUDA reductions and copies: one kernel per (type, op), running the packed code of packed_reduce.hpp with
+// one worker per thread of the grid (16-byte loads and stores; scalar heads and tails), built from the same
+// operator functors as the host loops so both sides produce bit-identical results.
 #include <algorithm>
 #include <array>
 
 #include "kernels/cuda_reduce.hpp"
+#include "kernels/packed_reduce.hpp"
 #include "kernels/reduce_ops.hpp"
 
 namespace topoccl::kernels {
 namespace {
 
 constexpr unsigned kThreadsPerBlock = 256;
-// Enough blocks to fill any current GPU several times over; the grid-stride loop covers the rest,
+// Enough blocks to fill any current GPU several times over; the workers' strided loops cover the rest,
 // so huge counts never exceed grid limits.
 constexpr size_t kMaxBlocks = 8192;
 
-// No __restrict__: dst may alias a or b exactly (in-place reduction). Each element is read and
-// written by the same thread, so that aliasing is safe.
+// One worker per thread; no __restrict__: dst may alias a or b exactly (in-place reduction).
 template <class T, class Op>
-__global__ void elementwiseReduceKernel(T* dst, const T* a, const T* b, size_t count) {
-  const Op op{};
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
-    dst[i] = op(a[i], b[i]);
-  }
+__global__ void __launch_bounds__(kThreadsPerBlock) packedReduceKernel(T* dst, const T* a, const T* b, size_t count) {
+  const size_t workers = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t worker = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  reduceShare<T, Op>(dst, a, b, count, worker, workers);
+}
+
+__global__ void __launch_bounds__(kThreadsPerBlock) packedCopyKernel(void* dst, const void* src, size_t bytes) {
+  const size_t workers = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t worker = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  copyShare(dst, src, bytes, worker, workers);
+}
+
+// Blocks for `bytes`: a thread per 16-byte pack, at least one block, at most kMaxBlocks.
+unsigned blocksFor(size_t bytes) {
+  const size_t packs = (bytes + kPackBytes - 1) / kPackBytes;
+  return static_cast<unsigned>(std::clamp<size_t>((packs + kThreadsPerBlock - 1) / kThreadsPerBlock, 1, kMaxBlocks));
 }
 
 using LaunchFn = cudaError_t (*)(void*, const void*, const void*, size_t, cudaStream_t);
 
 template <class T, template <class> class Op>
 cudaError_t launchTyped(void* dst, const void* a, const void* b, size_t count, cudaStream_t stream) {
-  const size_t blocks = std::min((count + kThreadsPerBlock - 1) / kThreadsPerBlock, kMaxBlocks);
-  elementwiseReduceKernel<T, Op<T>><<<static_cast<unsigned>(blocks), kThreadsPerBlock, 0, stream>>>(
+  packedReduceKernel<T, Op<T>><<<blocksFor(count * sizeof(T)), kThreadsPerBlock, 0, stream>>>(
       static_cast<T*>(dst), static_cast<const T*>(a), static_cast<const T*>(b), count);
   return cudaGetLastError();
 }
@@ -51,6 +61,13 @@ cudaError_t launchReduce(DataType type, ReduceOp op, void* dst, const void* a, c
   if (count == 0) return cudaSuccess;
   if (dst == nullptr || a == nullptr || b == nullptr) return cudaErrorInvalidValue;
   return kLaunchTable[static_cast<size_t>(type)][static_cast<size_t>(op)](dst, a, b, count, stream);
+}
+
+cudaError_t launchCopy(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+  if (bytes == 0) return cudaSuccess;
+  if (dst == nullptr || src == nullptr) return cudaErrorInvalidValue;
+  packedCopyKernel<<<blocksFor(bytes), kThreadsPerBlock, 0, stream>>>(dst, src, bytes);
+  return cudaGetLastError();
 }
 
 }  // namespace topoccl::kernels

@@ -1,0 +1,114 @@
+// The CUDA reduction and copy kernels on a real GPU, against the independent host reference: every type x
+// op, sizes from 1 element to past a MiB, operands co-aligned at several offsets (packed path) and not
+// (scalar path), in place and out of place. Exits 77 (ctest: skipped) and says "skipped: no GPU" where
+// there is no usable GPU, so a machine without one never reports it passed.
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda_reduce.hpp"
+#include "../kernels/reference.hpp"
+
+using namespace topoccl;
+using namespace topoccl::kernels;
+using namespace topoccl::kernels::test;
+
+namespace {
+
+int failures = 0;
+
+void fail(const std::string& what) {
+  std::printf("FAILED: %s\n", what.c_str());
+  ++failures;
+}
+
+bool ok(cudaError_t status, const char* what) {
+  if (status == cudaSuccess) return true;
+  fail(std::string(what) + ": " + cudaGetErrorString(status));
+  return false;
+}
+
+// A device allocation with room to place data at any offset below 16 bytes.
+struct DeviceBuffer {
+  explicit DeviceBuffer(size_t bytes) { ok(cudaMalloc(&base, bytes + 64), "cudaMalloc"); }
+  ~DeviceBuffer() { cudaFree(base); }
+  unsigned char* at(size_t offset) const { return static_cast<unsigned char*>(base) + offset; }
+  void* base = nullptr;
+};
+
+void checkReduce(DataType type, ReduceOp op, size_t count, size_t dstOffset, size_t bOffset, bool inPlace, TestRng& rng) {
+  const ReferenceType ref(type);
+  const size_t bytes = count * ref.size();
+  std::vector<unsigned char> a(bytes), b(bytes), got(bytes);
+  ref.fillRandom(a.data(), count, rng);
+  ref.fillRandom(b.data(), count, rng);
+  DeviceBuffer da(bytes), db(bytes), dd(bytes);
+  unsigned char* aDev = da.at(dstOffset);
+  unsigned char* bDev = db.at(bOffset);
+  unsigned char* dstDev = inPlace ? aDev : dd.at(dstOffset);
+  if (!ok(cudaMemcpy(aDev, a.data(), bytes, cudaMemcpyHostToDevice), "copy a") ||
+      !ok(cudaMemcpy(bDev, b.data(), bytes, cudaMemcpyHostToDevice), "copy b") ||
+      !ok(launchReduce(type, op, dstDev, aDev, bDev, count, nullptr), "launchReduce") ||
+      !ok(cudaDeviceSynchronize(), "kernel") ||
+      !ok(cudaMemcpy(got.data(), dstDev, bytes, cudaMemcpyDeviceToHost), "copy result"))
+    return;
+  std::string first;
+  const size_t wrong = countMismatches(ref, op, a.data(), b.data(), got.data(), count, first);
+  if (wrong > 0)
+    fail(std::string(ref.name()) + " " + reduceOpName(op) + " count " + std::to_string(count) + " dst offset " +
+         std::to_string(dstOffset) + " b offset " + std::to_string(bOffset) + (inPlace ? " in place" : "") + ": " +
+         std::to_string(wrong) + " wrong; first: " + first);
+}
+
+void checkCopy(size_t bytes, size_t srcOffset, size_t dstOffset, TestRng& rng) {
+  std::vector<unsigned char> src(bytes), got(bytes);
+  for (auto& byte : src) byte = static_cast<unsigned char>(rng());
+  DeviceBuffer ds(bytes), dd(bytes);
+  if (!ok(cudaMemcpy(ds.at(srcOffset), src.data(), bytes, cudaMemcpyHostToDevice), "copy src") ||
+      !ok(launchCopy(dd.at(dstOffset), ds.at(srcOffset), bytes, nullptr), "launchCopy") ||
+      !ok(cudaDeviceSynchronize(), "kernel") ||
+      !ok(cudaMemcpy(got.data(), dd.at(dstOffset), bytes, cudaMemcpyDeviceToHost), "copy result"))
+    return;
+  if (std::memcmp(got.data(), src.data(), bytes) != 0)
+    fail("launchCopy of " + std::to_string(bytes) + " bytes, src offset " + std::to_string(srcOffset) + ", dst offset " +
+         std::to_string(dstOffset));
+}
+
+}  // namespace
+
+int main() {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("skipped: no GPU\n");
+    return 77;
+  }
+  const uint64_t seed = testSeed();
+  std::printf("seed %llu (TOPOCCL_TEST_SEED replays it)\n", static_cast<unsigned long long>(seed));
+  TestRng rng(seed);
+  size_t cases = 0;
+  for (DataType type : allDataTypes()) {
+    const size_t es = ReferenceType(type).size();
+    for (ReduceOp op : kKernelOps) {
+      for (size_t count : {size_t{1}, size_t{7}, size_t{4099}, size_t{(1 << 20) + 3}}) {
+        for (size_t offset = 0; offset < 16; offset += es * (es == 1 ? 5 : 1)) {
+          checkReduce(type, op, count, offset, offset, false, rng);             // packed
+          checkReduce(type, op, count, offset, (offset + es) % 16, false, rng);  // scalar
+          cases += 2;
+        }
+        checkReduce(type, op, count, 0, 0, true, rng);
+        ++cases;
+      }
+    }
+  }
+  for (size_t bytes : {size_t{1}, size_t{17}, size_t{4099}, size_t{(1 << 24) + 5}})
+    for (size_t srcOffset : {0, 3, 8})
+      for (size_t dstOffset : {srcOffset, (srcOffset + 1) % 16}) {
+        checkCopy(bytes, srcOffset, dstOffset, rng);
+        ++cases;
+      }
+  std::printf("%zu cases on %d GPU(s): %s\n", cases, devices, failures == 0 ? "gpu kernels: PASSED" : "FAILED");
+  return failures == 0 ? 0 : 1;
+}
