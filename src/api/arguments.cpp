@@ -42,10 +42,10 @@ void checkCollectiveArguments(const char* function, int rank, int nranks, int ro
                       collective == Collective::Gather || collective == Collective::Scatter;
   if (rooted) checkRank(root, nranks, "root", function);
   args.root = rooted ? root : 0;
-  if (count > SIZE_MAX / elem / static_cast<size_t>(nranks))
+  size_t block = 0;
+  size_t all = 0;  // no divisions on the per-call path
+  if (__builtin_mul_overflow(count, elem, &block) || __builtin_mul_overflow(block, static_cast<size_t>(nranks), &all))
     badArgument(function, "count " + std::to_string(count) + " overflows the buffer size");
-  const size_t block = count * elem;
-  const size_t all = block * static_cast<size_t>(nranks);
   const char* s = static_cast<const char*>(send);
   const char* r = static_cast<const char*>(recv);
   switch (collective) {
