@@ -84,6 +84,9 @@ TEST_CASE("collectives reject bad arguments and name them") {
                "overlap");
   EXPECT_ERROR(ncclAllReduce(a.data(), b.data(), SIZE_MAX / 2, ncclFloat, ncclSum, comm, nullptr), ncclInvalidArgument,
                "count");
+  // count x 4 bytes fits, the 2 ranks' blocks together do not.
+  EXPECT_ERROR(ncclAllGather(a.data(), b.data(), SIZE_MAX / 6, ncclFloat, comm, nullptr), ncclInvalidArgument, "count",
+               "ncclAllGather");
   EXPECT_ERROR(ncclAllGather(a.data(), a.data() + 1, 4, ncclFloat, comm, nullptr), ncclInvalidArgument, "overlap",
                "ncclAllGather");
   EXPECT_ERROR(ncclReduceScatter(a.data(), a.data() + 1, 4, ncclFloat, ncclSum, comm, nullptr), ncclInvalidArgument,
