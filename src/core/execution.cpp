@@ -122,7 +122,7 @@ bool Execution::pumpReceives(size_t laneIndex) {
     const size_t length = sliceLength(state, step, state.slicesPosted);
     transport::RecvAction action;
     action.elementSize = elementSize_;
-    action.streaming = streamingStores_;
+    if (streamingStores_) action.copy = &kernels::streamingCopy;
     if (step.kind == StepKind::RecvReduceSend) {
       action.dst = stagingOf_[laneIndex][state.step] + offset;
     } else {

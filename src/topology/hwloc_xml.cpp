@@ -376,6 +376,10 @@ class HwlocXmlReader {
           to = endpoint[j];
         }
         if (to < 0) continue;
+        if (to == from)
+          throwParseError(source_, line(d), "NVLinkBandwidth row " + std::to_string(i) + " (" + indexes[i] + ") and column " +
+                                                std::to_string(j) + " (" + indexes[j] + ") are the same GPU, " +
+                                                describeVertex(topo_, from) + ", with " + text + " MB/s between them");
         mbs[{from, to}] += v;
       }
     for (const auto& [pair, total] : mbs) {

@@ -18,13 +18,15 @@ namespace topoccl::transport {
 // Applying the action inside the transport lets shm and local peers reduce straight out of the
 // sender's memory or the FIFO, with no staging copy.
 using ReduceFn = void (*)(void* dst, const void* a, const void* b, size_t count);
+using CopyFn = void (*)(void* dst, const void* src, size_t bytes);
 struct RecvAction {
   void* dst = nullptr;
   const void* operand = nullptr;  // null: plain copy
   ReduceFn reduce = nullptr;      // required when operand is set
   size_t elementSize = 1;
-  // The operation's buffers exceed the caches: a copy writes around them (kernels::streamingCopy).
-  bool streaming = false;
+  // How a plain copy moves the bytes; null: memcpy. (The executor passes kernels::streamingCopy when the
+  // operation's buffers exceed the caches; transports stay below kernels.)
+  CopyFn copy = nullptr;
 };
 
 // One NIC a rank listens on (socket transport).

@@ -121,6 +121,20 @@ TEST_CASE("regressions: an absurd NVLinkBandwidth value is refused, not converte
   CHECK_THAT(message, Catch::Contains("NVLinkBandwidth value"));
 }
 
+TEST_CASE("regressions: an NVLinkBandwidth matrix naming one GPU twice is refused with its line", "[regression]") {
+  // Fuzzer finding: two rows resolving to the same GPU made a GPU-to-itself link, refused by the graph
+  // without the file's name. Take the real Minsky file and name GPU 2's OSDev in GPU 3's place.
+  std::string text = readTextFile(std::string(__FILE__).substr(0, std::string(__FILE__).rfind('/')) +
+                                  "/../data/hwloc-v2_power8-minsky-4p100.xml");
+  const std::string indexes = "OSDev:332 OSDev:333 OSDev:334 OSDev:335";
+  const size_t at = text.find(indexes);
+  REQUIRE(at != std::string::npos);
+  text.replace(at, indexes.size(), "OSDev:332 OSDev:333 OSDev:334 OSDev:334");
+  const std::string message = errorOf([&] { (void)parseHwlocXml(text, "minsky-twice.xml"); });
+  CHECK_THAT(message, Catch::Contains("minsky-twice.xml:215"));
+  CHECK_THAT(message, Catch::Contains("are the same GPU"));
+}
+
 TEST_CASE("regressions: a NIC whose PCI class is not a network class stays a NIC through NCCL XML", "[regression]") {
   // Fuzzer finding: a bridge-class <pci> holding a <nic> was written back as a bare <pci> and came back a switch.
   const std::string xml = "<system version=\"1\">\n <cpu numaid=\"0\" affinity=\"ff\" arch=\"x86_64\">\n"

@@ -11,7 +11,6 @@
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "common/params.hpp"
-#include "kernels/host_copy.hpp"
 
 namespace topoccl::transport {
 namespace {
@@ -96,7 +95,7 @@ void validateRecvAction(const RecvAction& action, size_t bytes, const std::strin
 void applyRecvAction(const RecvAction& action, const void* incoming, size_t bytes) {
   if (bytes == 0) return;
   if (action.operand == nullptr) {
-    if (action.streaming) kernels::streamingCopy(action.dst, incoming, bytes);
+    if (action.copy) action.copy(action.dst, incoming, bytes);
     else std::memcpy(action.dst, incoming, bytes);
   } else {
     action.reduce(action.dst, incoming, action.operand, bytes / action.elementSize);

@@ -20,7 +20,6 @@
 #include <vector>
 
 #include "common/error.hpp"
-#include "kernels/host_copy.hpp"
 #include "common/log.hpp"
 #include "common/params.hpp"
 #include "transport/shm/shared_allocation.hpp"
@@ -648,7 +647,7 @@ class ShmConnection final : public Connection {
     if (bytes == 0) return;
     auto* dst = static_cast<unsigned char*>(recv.action.dst) + offset;
     if (recv.action.operand == nullptr) {
-      if (recv.action.streaming) kernels::streamingCopy(dst, incoming, bytes);
+      if (recv.action.copy) recv.action.copy(dst, incoming, bytes);
       else std::memcpy(dst, incoming, bytes);
     } else {
       const auto* operand = static_cast<const unsigned char*>(recv.action.operand) + offset;
