@@ -166,7 +166,14 @@ class NcclXmlReader {
       for (pugi::xml_node c2c : gpu.children("c2c")) {
         Link l{.kind = LinkKind::C2C};
         l.bandwidthGBs = intAttribute(c2c, "bw", 0) / 1000.0 * intAttribute(c2c, "count", 1);
-        if (l.bandwidthGBs > 0) topo_.addLink(id, cpu, l);
+        if (l.bandwidthGBs <= 0) continue;
+        // One link per pair, as for <nvlink> to a CPU: a GPU hanging from its CPU by PCIe has no C2C to it.
+        if (const Link* existing = topo_.linkBetween(id, cpu))
+          throwParseError(source_, line(c2c),
+                          "c2c from " + describeVertex(topo_, id) + " to " + describeVertex(topo_, cpu) +
+                              ", which it is already linked to by " + linkKindName(existing->kind) +
+                              "; put the GPU under a <pci> bridge of that CPU");
+        topo_.addLink(id, cpu, l);
       }
     }
     for (pugi::xml_node child : node.children("pci")) readPci(child, id, cpu);

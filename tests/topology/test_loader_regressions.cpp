@@ -135,6 +135,20 @@ TEST_CASE("regressions: an NVLinkBandwidth matrix naming one GPU twice is refuse
   CHECK_THAT(message, Catch::Contains("are the same GPU"));
 }
 
+TEST_CASE("regressions: a <c2c> to the CPU a GPU hangs from by PCIe is refused with its line", "[regression]") {
+  // Fuzzer finding: a JSON graph with a GPU on one CPU's PCIe and a C2C to another wrote NCCL XML whose C2C
+  // doubled the PCIe link, refused by the graph without the file's name.
+  const std::string xml = "<system version=\"1\">\n"
+                          "  <cpu numaid=\"0\" affinity=\"0000ffff\" arch=\"x86_64\">\n"
+                          "    <pci busid=\"0000:07:00.0\" class=\"0x030200\" link_speed=\"32 GT/s\" link_width=\"16\">\n"
+                          "      <gpu dev=\"0\" sm=\"90\" rank=\"0\" gdr=\"1\">\n"
+                          "        <c2c bw=\"450000\" count=\"1\" />\n"
+                          "      </gpu>\n    </pci>\n  </cpu>\n</system>\n";
+  const std::string message = errorOf([&] { (void)parseNcclXml(xml, "c2c.xml"); });
+  CHECK_THAT(message, Catch::Contains("c2c.xml:5"));
+  CHECK_THAT(message, Catch::Contains("already linked to by pcie"));
+}
+
 TEST_CASE("regressions: a NIC whose PCI class is not a network class stays a NIC through NCCL XML", "[regression]") {
   // Fuzzer finding: a bridge-class <pci> holding a <nic> was written back as a bare <pci> and came back a switch.
   const std::string xml = "<system version=\"1\">\n <cpu numaid=\"0\" affinity=\"ff\" arch=\"x86_64\">\n"
