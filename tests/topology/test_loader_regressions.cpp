@@ -22,6 +22,15 @@ std::string errorOf(const std::function<void()>& body) {
   return "";
 }
 
+// The real Minsky hwloc dump with `what` (which must occur) replaced by `with`: a fuzzer finding, minimized.
+std::string mutatedMinsky(const std::string& what, const std::string& with) {
+  std::string text = readTextFile(std::string(__FILE__).substr(0, std::string(__FILE__).rfind('/')) +
+                                  "/../data/hwloc-v2_power8-minsky-4p100.xml");
+  const size_t at = text.find(what);
+  REQUIRE(at != std::string::npos);
+  return text.replace(at, what.size(), with);
+}
+
 }  // namespace
 
 TEST_CASE("regressions: XML that is not UTF-8 is refused with the line of the bad byte", "[regression]") {
@@ -110,12 +119,8 @@ TEST_CASE("regressions: a PCIe width beyond 32 lanes is refused, not overflowed"
 TEST_CASE("regressions: an absurd NVLinkBandwidth value is refused, not converted", "[regression]") {
   // Fuzzer finding (UBSan): a huge value overflowed the int link count. Take the real Minsky file and
   // swap one bandwidth for 3.5e36 MB/s.
-  std::string text = readTextFile(std::string(__FILE__).substr(0, std::string(__FILE__).rfind('/')) +
-                                  "/../data/hwloc-v2_power8-minsky-4p100.xml");
-  const std::string row = "<u64values length=\"44\">1000000 40000 ";
-  const size_t values = text.find(row);
-  REQUIRE(values != std::string::npos);
-  text.replace(values + row.size() - 6, 5, "3555555555555555555555555555555555555");
+  const std::string text = mutatedMinsky("<u64values length=\"44\">1000000 40000 ",
+                                         "<u64values length=\"44\">1000000 3555555555555555555555555555555555555 ");
   const std::string message = errorOf([&] { (void)parseHwlocXml(text, "minsky-mutated.xml"); });
   CHECK_THAT(message, Catch::Contains("minsky-mutated.xml:"));
   CHECK_THAT(message, Catch::Contains("NVLinkBandwidth value"));
@@ -124,12 +129,7 @@ TEST_CASE("regressions: an absurd NVLinkBandwidth value is refused, not converte
 TEST_CASE("regressions: an NVLinkBandwidth matrix naming one GPU twice is refused with its line", "[regression]") {
   // Fuzzer finding: two rows resolving to the same GPU made a GPU-to-itself link, refused by the graph
   // without the file's name. Take the real Minsky file and name GPU 2's OSDev in GPU 3's place.
-  std::string text = readTextFile(std::string(__FILE__).substr(0, std::string(__FILE__).rfind('/')) +
-                                  "/../data/hwloc-v2_power8-minsky-4p100.xml");
-  const std::string indexes = "OSDev:332 OSDev:333 OSDev:334 OSDev:335";
-  const size_t at = text.find(indexes);
-  REQUIRE(at != std::string::npos);
-  text.replace(at, indexes.size(), "OSDev:332 OSDev:333 OSDev:334 OSDev:334");
+  const std::string text = mutatedMinsky("OSDev:332 OSDev:333 OSDev:334 OSDev:335", "OSDev:332 OSDev:333 OSDev:334 OSDev:334");
   const std::string message = errorOf([&] { (void)parseHwlocXml(text, "minsky-twice.xml"); });
   CHECK_THAT(message, Catch::Contains("minsky-twice.xml:215"));
   CHECK_THAT(message, Catch::Contains("are the same GPU"));
