@@ -27,6 +27,7 @@
 #include "common/log.hpp"
 #include "common/params.hpp"
 #include "core/execution.hpp"
+#include "core/plan_buffers.hpp"
 #include "kernels/host_copy.hpp"
 #include "kernels/host_reduce.hpp"
 #include "topology/cluster.hpp"
@@ -803,22 +804,13 @@ std::unique_ptr<Execution> Communicator::buildCollective(const CollectiveArgs& a
   }
 
   const size_t blockBytes = args.count * elem;
-  const size_t scratchBlocks = (plan.scratchChunks + plan.chunksPerBlock - 1) / plan.chunksPerBlock;
-  char* scratch = scratchBlocks == 0 ? nullptr : scratch_.reserve(scratchBlocks * blockBytes);
-
+  const size_t scratchSize = scratchBytes(plan, args.count, elem);
+  char* scratch = scratchSize == 0 ? nullptr : scratch_.reserve(scratchSize);
+  const PlanBuffers buffers{input, output, scratch, args.count, elem};
   auto pointer = [&](const algo::ChunkRange& range, size_t* bytes) -> char* {
-    const algo::ElementRange elements = algo::rangeElements(plan, args.count, range);
-    *bytes = elements.size() * elem;
-    char* base = nullptr;
-    switch (range.buffer) {
-      case algo::BufferId::Input: base = const_cast<char*>(input); break;
-      case algo::BufferId::Output: base = output; break;
-      case algo::BufferId::Scratch: base = scratch; break;
-    }
-    if (!base && *bytes > 0)
-      throwInternalError(std::string("plan '") + plan.name + "' touches the " + algo::bufferName(range.buffer) +
-                         " buffer of rank " + std::to_string(rank_) + ", which has none");
-    return base ? base + elements.begin * elem : nullptr;
+    const ResolvedRange resolved = resolveRange(plan, range, buffers, rank_);
+    *bytes = resolved.bytes;
+    return resolved.data;
   };
 
   const ExecutionKey key{&plan, input, output, scratch, args.count, elem, reduce};

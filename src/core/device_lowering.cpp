@@ -1,0 +1,186 @@
+#include "core/device_lowering.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <utility>
+#include <string>
+
+#include "common/error.hpp"
+#include "kernels/plan_interpreter.hpp"
+
+namespace topoccl::core {
+namespace {
+
+using algo::StepKind;
+using kernels::DeviceStepKind;
+
+static_assert(static_cast<int>(DeviceStepKind::Nop) == static_cast<int>(StepKind::Nop) &&
+                  static_cast<int>(DeviceStepKind::Send) == static_cast<int>(StepKind::Send) &&
+                  static_cast<int>(DeviceStepKind::Recv) == static_cast<int>(StepKind::Recv) &&
+                  static_cast<int>(DeviceStepKind::RecvReduceSend) == static_cast<int>(StepKind::RecvReduceSend) &&
+                  static_cast<int>(DeviceStepKind::RecvReduceCopy) == static_cast<int>(StepKind::RecvReduceCopy) &&
+                  static_cast<int>(DeviceStepKind::RecvCopySend) == static_cast<int>(StepKind::RecvCopySend) &&
+                  static_cast<int>(DeviceStepKind::RecvReduceCopySend) == static_cast<int>(StepKind::RecvReduceCopySend) &&
+                  static_cast<int>(DeviceStepKind::Copy) == static_cast<int>(StepKind::Copy) &&
+                  static_cast<int>(DeviceStepKind::Reduce) == static_cast<int>(StepKind::Reduce),
+              "DeviceStepKind must number the step kinds as algo::StepKind does");
+
+constexpr size_t kImageAlign = 16;
+size_t alignUp(size_t n) { return (n + kImageAlign - 1) / kImageAlign * kImageAlign; }
+
+struct ImageLayout {
+  size_t lanes, steps, deps, segments, total;
+};
+
+ImageLayout layoutOf(const LoweredPlan& lowered) {
+  ImageLayout l{};
+  l.lanes = alignUp(sizeof(kernels::DevicePlan));
+  l.steps = l.lanes + alignUp(lowered.lanes.size() * sizeof(kernels::DeviceLane));
+  l.deps = l.steps + alignUp(lowered.steps.size() * sizeof(kernels::DeviceStep));
+  l.segments = l.deps + alignUp(lowered.deps.size() * sizeof(kernels::DeviceDep));
+  l.total = l.segments + alignUp(lowered.segments.size() * sizeof(kernels::DeviceSegment));
+  return l;
+}
+
+}  // namespace
+
+uint64_t slotPayloadBytes(kernels::DeviceProtocol protocol, const kernels::DeviceFifoGeometry& geometry) {
+  return protocol == kernels::DeviceProtocol::Simple
+             ? geometry.slotBytes
+             : geometry.llWordsPerSlot / kernels::kLowLatencyWordsPerUnit * kernels::kLowLatencyUnitBytes;
+}
+
+namespace {
+
+uint64_t chunksSent(const algo::Lane& lane) {
+  uint64_t parts = 0;
+  for (const algo::Step& step : lane.steps)
+    if (algo::stepSends(step.kind)) parts += algo::stepReads(step.kind) ? step.src.count : step.dst.count;
+  return parts;
+}
+
+// Bounded FIFOs stay deadlock-free when, per round, a lane puts no more chunk parts into its connection than
+// it has slots (then the lanes of the earliest unfinished round never wait for space) and no two lanes of a
+// rank share a connection (its counters have one writer each).
+void checkFifoCapacity(const algo::Plan& plan, const kernels::DeviceFifoGeometry& geometry) {
+  for (size_t r = 0; r < plan.ranks.size(); ++r) {
+    std::set<std::pair<int, int>> sending, receiving;
+    const auto& lanes = plan.ranks[r].lanes;
+    for (size_t l = 0; l < lanes.size(); ++l) {
+      const algo::Lane& lane = lanes[l];
+      const std::string where = "plan '" + plan.name + "' rank " + std::to_string(r) + " lane " + std::to_string(l);
+      if (lane.sendPeer >= 0 && !sending.insert({lane.sendPeer, lane.channel}).second)
+        throwInvalidUsage(where + " sends to rank " + std::to_string(lane.sendPeer) + " on channel " +
+                          std::to_string(lane.channel) + ", which another lane of the rank already does; the GPU " +
+                          "executor needs one lane per connection and direction");
+      if (lane.recvPeer >= 0 && !receiving.insert({lane.recvPeer, lane.channel}).second)
+        throwInvalidUsage(where + " receives from rank " + std::to_string(lane.recvPeer) + " on channel " +
+                          std::to_string(lane.channel) + ", which another lane of the rank already does; the GPU " +
+                          "executor needs one lane per connection and direction");
+      const uint64_t parts = chunksSent(lane);
+      if (parts > geometry.slotCount)
+        throwInvalidUsage(where + " sends " + std::to_string(parts) + " chunks per round but the GPU FIFOs have " +
+                          std::to_string(geometry.slotCount) + " slots; raise TOPOCCL_GPU_FIFO_SLOTS to at least " +
+                          std::to_string(parts));
+    }
+  }
+}
+
+}  // namespace
+
+uint64_t fifoSlotsNeeded(const algo::Plan& plan) {
+  uint64_t most = 0;
+  for (const auto& program : plan.ranks)
+    for (const algo::Lane& lane : program.lanes) most = std::max(most, chunksSent(lane));
+  return most;
+}
+
+LoweredPlan lowerPlan(const algo::Plan& plan, int rank, const PlanBuffers& buffers, const DeviceFifoLookup& fifo,
+                      kernels::DeviceProtocol protocol, const kernels::DeviceFifoGeometry& geometry) {
+  if (rank < 0 || rank >= plan.nranks || static_cast<size_t>(rank) >= plan.ranks.size())
+    throwInternalError("lowering plan '" + plan.name + "': rank " + std::to_string(rank) + " is not in the plan");
+  if (buffers.elementSize == 0 || 16 % buffers.elementSize != 0)
+    throwInternalError("lowering plan '" + plan.name + "': element size " + std::to_string(buffers.elementSize) +
+                       " does not divide 16");
+  checkFifoCapacity(plan, geometry);
+  LoweredPlan lowered;
+  lowered.elementSize = buffers.elementSize;
+  // Rounds: enough that the largest chunk's part fits a slot. Chunks only depend on the plan and the count,
+  // so every rank computes the same number.
+  uint64_t largestChunk = 0;
+  for (uint32_t part = 0; part < plan.chunksPerBlock; ++part)
+    largestChunk = std::max<uint64_t>(largestChunk, algo::chunkElements(plan, buffers.count, part).size());
+  const uint64_t payload = slotPayloadBytes(protocol, geometry);
+  lowered.rounds = std::max<uint64_t>(1, (largestChunk * buffers.elementSize + payload - 1) / payload);
+
+  const auto& program = plan.ranks[static_cast<size_t>(rank)];
+  for (const algo::Lane& lane : program.lanes) {
+    kernels::DeviceLane out;
+    if (lane.sendPeer >= 0) out.send = fifo(lane.sendPeer, lane.channel, true);
+    if (lane.recvPeer >= 0) out.recv = fifo(lane.recvPeer, lane.channel, false);
+    out.stepBegin = static_cast<uint32_t>(lowered.steps.size());
+    out.stepCount = static_cast<uint32_t>(lane.steps.size());
+    for (const algo::Step& step : lane.steps) {
+      kernels::DeviceStep s;
+      s.kind = static_cast<DeviceStepKind>(step.kind);
+      s.segmentBegin = static_cast<uint32_t>(lowered.segments.size());
+      const bool reads = algo::stepReads(step.kind), writes = algo::stepWrites(step.kind);
+      // A step pairs its source and destination chunk by chunk (same part index, so the same size).
+      const uint32_t chunks = reads ? step.src.count : writes ? step.dst.count : 0;
+      for (uint32_t k = 0; k < chunks; ++k) {
+        kernels::DeviceSegment segment;
+        if (reads) {
+          const ResolvedRange src = resolveRange(plan, {step.src.buffer, step.src.offset + k, 1}, buffers, rank);
+          segment.src = src.data;
+          segment.bytes = src.bytes;
+        }
+        if (writes) {
+          const ResolvedRange dst = resolveRange(plan, {step.dst.buffer, step.dst.offset + k, 1}, buffers, rank);
+          segment.dst = dst.data;
+          segment.bytes = dst.bytes;
+        }
+        lowered.segments.push_back(segment);
+      }
+      s.segmentCount = chunks;
+      s.depBegin = static_cast<uint32_t>(lowered.deps.size());
+      s.depCount = static_cast<uint32_t>(step.deps.size());
+      for (const algo::StepRef& dep : step.deps) {
+        if (dep.lane >= program.lanes.size() || dep.step >= program.lanes[dep.lane].steps.size())
+          throwInternalError("lowering plan '" + plan.name + "': rank " + std::to_string(rank) +
+                             " has a dependency on lane " + std::to_string(dep.lane) + " step " +
+                             std::to_string(dep.step) + ", which does not exist");
+        lowered.deps.push_back({dep.lane, dep.step});
+      }
+      lowered.steps.push_back(s);
+    }
+    lowered.lanes.push_back(out);
+  }
+  return lowered;
+}
+
+size_t deviceImageBytes(const LoweredPlan& lowered) { return layoutOf(lowered).total; }
+
+kernels::DevicePlan writeDeviceImage(const LoweredPlan& lowered, const kernels::DevicePlan& header, void* image,
+                                     uintptr_t base) {
+  const ImageLayout l = layoutOf(lowered);
+  auto* bytes = static_cast<unsigned char*>(image);
+  std::memset(bytes, 0, l.total);
+  kernels::DevicePlan plan = header;
+  plan.laneCount = static_cast<uint32_t>(lowered.lanes.size());
+  plan.lanes = reinterpret_cast<const kernels::DeviceLane*>(base + l.lanes);
+  plan.steps = reinterpret_cast<const kernels::DeviceStep*>(base + l.steps);
+  plan.deps = reinterpret_cast<const kernels::DeviceDep*>(base + l.deps);
+  plan.segments = reinterpret_cast<const kernels::DeviceSegment*>(base + l.segments);
+  plan.rounds = lowered.rounds;
+  plan.elementSize = lowered.elementSize;
+  std::memcpy(bytes, &plan, sizeof(plan));
+  if (!lowered.lanes.empty()) std::memcpy(bytes + l.lanes, lowered.lanes.data(), lowered.lanes.size() * sizeof(kernels::DeviceLane));
+  if (!lowered.steps.empty()) std::memcpy(bytes + l.steps, lowered.steps.data(), lowered.steps.size() * sizeof(kernels::DeviceStep));
+  if (!lowered.deps.empty()) std::memcpy(bytes + l.deps, lowered.deps.data(), lowered.deps.size() * sizeof(kernels::DeviceDep));
+  if (!lowered.segments.empty())
+    std::memcpy(bytes + l.segments, lowered.segments.data(), lowered.segments.size() * sizeof(kernels::DeviceSegment));
+  return plan;
+}
+
+}  // namespace topoccl::core

@@ -1,0 +1,53 @@
+// Lowering a Plan to the GPU executor's form (kernels/device_plan.hpp) for one rank: steps resolved to
+// pointers and byte counts, dependencies flattened, each lane's connections resolved to the FIFOs that
+// carry them. The same lowering feeds the CUDA kernel and the host-compiled interpreter in the tests.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "algorithms/plan.hpp"
+#include "core/plan_buffers.hpp"
+#include "kernels/device_plan.hpp"
+
+namespace topoccl::core {
+
+// The FIFO of the connection to or from `peer` on `channel`: for sending, the peer's receiving FIFO
+// (mapped here); for receiving, our own. Throws if there is none.
+using DeviceFifoLookup = std::function<kernels::DeviceFifo(int peer, int channel, bool sending)>;
+
+struct LoweredPlan {
+  std::vector<kernels::DeviceLane> lanes;
+  std::vector<kernels::DeviceStep> steps;
+  std::vector<kernels::DeviceDep> deps;
+  std::vector<kernels::DeviceSegment> segments;
+  uint64_t rounds = 1;
+  uint64_t elementSize = 1;
+};
+
+// Rank `rank`'s program of `plan` over `buffers`, cut into as many rounds as it takes for the largest chunk's
+// part to fit one slot of `protocol`. Throws (naming the plan, rank and lane) where a lane would put more
+// chunk parts into one connection per round than the FIFO has slots, or two lanes would share a connection:
+// either could deadlock with bounded FIFOs. Every rank checks every rank's lanes, so all refuse alike.
+LoweredPlan lowerPlan(const algo::Plan& plan, int rank, const PlanBuffers& buffers, const DeviceFifoLookup& fifo,
+                      kernels::DeviceProtocol protocol, const kernels::DeviceFifoGeometry& geometry);
+
+// The FIFO slots `plan` needs: the most chunk parts any lane sends per round.
+uint64_t fifoSlotsNeeded(const algo::Plan& plan);
+
+// Payload bytes of one slot: the largest chunk part one round may move.
+uint64_t slotPayloadBytes(kernels::DeviceProtocol protocol, const kernels::DeviceFifoGeometry& geometry);
+
+// The bytes of the one-block image: DevicePlan, then lanes, steps, dependencies and segments, each 16-byte aligned.
+size_t deviceImageBytes(const LoweredPlan& lowered);
+
+// Writes the image into `image` (deviceImageBytes long, 16-byte aligned) as it will sit at address `base`
+// (device memory the host copies it to; or `image` itself when the host runs it). `header` supplies the
+// protocol, geometry and the per-communicator pointers; the arrays, lane count, rounds and element size
+// come from `lowered`. Returns the DevicePlan as written.
+kernels::DevicePlan writeDeviceImage(const LoweredPlan& lowered, const kernels::DevicePlan& header, void* image,
+                                     uintptr_t base);
+
+}  // namespace topoccl::core
