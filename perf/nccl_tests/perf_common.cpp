@@ -635,6 +635,9 @@ double reduceValues(ncclRedOp_t op, int nranks, double (*input)(int r, size_t j,
 }
 
 int runPerf(const CollectiveSpec& spec, int argc, char** argv) {
+  // These benchmarks fill and check their buffers on the host: ncclMemAlloc must return host memory even
+  // on a machine with a GPU (where its default is device memory), unless the caller says otherwise.
+  setenv("TOPOCCL_MEM_ALLOC", "host", 0);
   Options o;
   const std::string program = std::string(spec.name) + "_perf";
   CLI::App app{program + ": nccl-tests-compatible benchmark of " + spec.name + " on topoccl (flags and output as nccl-tests)"};

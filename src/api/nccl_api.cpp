@@ -17,6 +17,7 @@
 #include "common/log.hpp"
 #include "common/params.hpp"
 #include "core/communicator.hpp"
+#include "core/gpu_path.hpp"
 #include "transport/shm/shared_allocation.hpp"
 #include "topoccl/nccl_ext.h"
 
@@ -198,7 +199,7 @@ ncclResult_t enqueue(ncclComm* comm, core::Operation op) {
 
 ncclResult_t enqueueCollective(const char* function, Collective collective, const void* send, void* recv,
                                size_t count, ncclDataType_t datatype, const ncclRedOp_t* op, int root,
-                               ncclComm_t commHandle) {
+                               ncclComm_t commHandle, cudaStream_t stream) {
   return guarded(function, [&] {
     ncclComm* comm = checkComm(commHandle, function);
     const int nranks = comm->impl->nranks();
@@ -211,6 +212,12 @@ ncclResult_t enqueueCollective(const char* function, Collective collective, cons
     args.type = checkType(datatype, function);
     if (op) args.reduce = checkOp(comm, *op, args.type, function);
     topoccl::api::checkCollectiveArguments(function, rank, nranks, root, args);
+    // GPU buffers go to the stream at once (NCCL's semantics), inside a group or not; host buffers run on the
+    // host path. core::gpuAvailable() is false without CUDA or a device, and then no pointer is queried.
+    if (core::gpuAvailable() && (core::isGpuPointer(send) || core::isGpuPointer(recv))) {
+      comm->impl->enqueueOnGpu(function, args, stream);
+      return ncclSuccess;
+    }
     return enqueue(comm, args);
   });
 }
@@ -527,8 +534,15 @@ TOPOCCL_EXPORT ncclResult_t pncclMemAlloc(void** ptr, size_t size) {
     if (!ptr) badArgument("ncclMemAlloc", "ptr is NULL");
     *ptr = nullptr;
     if (size == 0) return ncclSuccess;
+    const std::string kind = topoccl::params::kMemAlloc.get();
+    if (kind != "auto" && kind != "gpu" && kind != "host")
+      badArgument("ncclMemAlloc", "TOPOCCL_MEM_ALLOC=" + kind + " must be auto, gpu or host");
+    if (kind == "gpu" || (kind == "auto" && core::gpuAvailable())) {
+      *ptr = core::gpuAllocate(size);  // device memory, as NCCL's (throws without CUDA or a GPU)
+      return ncclSuccess;
+    }
     // Host memory, page aligned. Shared (a memfd) so that shm peers copy straight out of it: the
-    // host analogue of NCCL's registered buffers. The CUDA build will allocate device memory here.
+    // host analogue of NCCL's registered buffers.
     if (topoccl::params::kShmZeroCopy.get()) {
       *ptr = topoccl::transport::allocateShared(size);
       return ncclSuccess;
@@ -542,7 +556,7 @@ TOPOCCL_EXPORT ncclResult_t pncclMemAlloc(void** ptr, size_t size) {
 }
 
 TOPOCCL_EXPORT ncclResult_t pncclMemFree(void* ptr) {
-  if (ptr != nullptr && !topoccl::transport::freeShared(ptr)) std::free(ptr);
+  if (ptr != nullptr && !core::gpuFree(ptr) && !topoccl::transport::freeShared(ptr)) std::free(ptr);
   return ncclSuccess;
 }
 
@@ -632,51 +646,51 @@ TOPOCCL_EXPORT ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
 }
 
 TOPOCCL_EXPORT ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
-  return enqueueCollective("ncclAllReduce", Collective::AllReduce, sendbuff, recvbuff, count, datatype, &op, 0, comm);
+                                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  return enqueueCollective("ncclAllReduce", Collective::AllReduce, sendbuff, recvbuff, count, datatype, &op, 0, comm, stream);
 }
 
 TOPOCCL_EXPORT ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t) {
-  return enqueueCollective("ncclReduce", Collective::Reduce, sendbuff, recvbuff, count, datatype, &op, root, comm);
+                                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+  return enqueueCollective("ncclReduce", Collective::Reduce, sendbuff, recvbuff, count, datatype, &op, root, comm, stream);
 }
 
 TOPOCCL_EXPORT ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                           int root, ncclComm_t comm, cudaStream_t) {
+                                           int root, ncclComm_t comm, cudaStream_t stream) {
   return enqueueCollective("ncclBroadcast", Collective::Broadcast, sendbuff, recvbuff, count, datatype, nullptr, root,
-                           comm);
+                           comm, stream);
 }
 
 TOPOCCL_EXPORT ncclResult_t pncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
-                                       cudaStream_t) {
-  return enqueueCollective("ncclBcast", Collective::Broadcast, buff, buff, count, datatype, nullptr, root, comm);
+                                       cudaStream_t stream) {
+  return enqueueCollective("ncclBcast", Collective::Broadcast, buff, buff, count, datatype, nullptr, root, comm, stream);
 }
 
 TOPOCCL_EXPORT ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                                               ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+                                               ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   return enqueueCollective("ncclReduceScatter", Collective::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, &op,
-                           0, comm);
+                           0, comm, stream);
 }
 
 TOPOCCL_EXPORT ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
-                                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t) {
+                                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   return enqueueCollective("ncclAllGather", Collective::AllGather, sendbuff, recvbuff, sendcount, datatype, nullptr, 0,
-                           comm);
+                           comm, stream);
 }
 
 TOPOCCL_EXPORT ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                          ncclComm_t comm, cudaStream_t) {
-  return enqueueCollective("ncclAlltoAll", Collective::AllToAll, sendbuff, recvbuff, count, datatype, nullptr, 0, comm);
+                                          ncclComm_t comm, cudaStream_t stream) {
+  return enqueueCollective("ncclAlltoAll", Collective::AllToAll, sendbuff, recvbuff, count, datatype, nullptr, 0, comm, stream);
 }
 
 TOPOCCL_EXPORT ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                        int root, ncclComm_t comm, cudaStream_t) {
-  return enqueueCollective("ncclGather", Collective::Gather, sendbuff, recvbuff, count, datatype, nullptr, root, comm);
+                                        int root, ncclComm_t comm, cudaStream_t stream) {
+  return enqueueCollective("ncclGather", Collective::Gather, sendbuff, recvbuff, count, datatype, nullptr, root, comm, stream);
 }
 
 TOPOCCL_EXPORT ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                         int root, ncclComm_t comm, cudaStream_t) {
-  return enqueueCollective("ncclScatter", Collective::Scatter, sendbuff, recvbuff, count, datatype, nullptr, root, comm);
+                                         int root, ncclComm_t comm, cudaStream_t stream) {
+  return enqueueCollective("ncclScatter", Collective::Scatter, sendbuff, recvbuff, count, datatype, nullptr, root, comm, stream);
 }
 
 static ncclResult_t pointToPoint(const char* function, bool isSend, const void* buffer, size_t count,
@@ -688,6 +702,9 @@ static ncclResult_t pointToPoint(const char* function, bool isSend, const void* 
     args.type = checkType(datatype, function);
     checkRank(peer, comm->impl->nranks(), "peer", function);
     checkPointer(buffer, count, isSend ? "sendbuff" : "recvbuff", function);
+    if (core::isGpuPointer(buffer))
+      throw Error(ncclInvalidUsage, std::string(function) + ": " + (isSend ? "sendbuff" : "recvbuff") +
+                                        " is GPU memory; point-to-point on GPU buffers is not built yet (collectives are)");
     args.count = count;
     args.peer = peer;
     if (isSend) args.send = buffer;

@@ -61,6 +61,20 @@ inline const Param<int64_t> kStreamingStoresBytes{
     "machine, reach this many bytes; 0: 1.5 x the last-level cache; negative: never"};
 inline const Param<bool> kCommBlocking{"NCCL_COMM_BLOCKING", true, "Overrides ncclConfig_t.blocking"};
 
+// The GPU path (collectives on GPU buffers, CUDA builds).
+inline const Param<int64_t> kGpuLowLatencyBytes{"TOPOCCL_GPU_LL_BYTES", 65536,
+                                                "GPU collectives up to this many bytes use the LowLatency protocol "
+                                                "(data and flag in one word), larger ones Simple"};
+inline const Param<int64_t> kGpuFifoSlots{"TOPOCCL_GPU_FIFO_SLOTS", 0,
+                                          "Slots per GPU connection FIFO; 0 = max(8, 2 x ranks), enough for every "
+                                          "built-in plan"};
+inline const Param<int64_t> kGpuSlotBytes{"TOPOCCL_GPU_SLOT_BYTES", 128 << 10,
+                                          "Bytes per GPU FIFO slot (Simple protocol), a multiple of 16"};
+inline const Param<std::string> kMemAlloc{"TOPOCCL_MEM_ALLOC", "auto",
+                                         "What ncclMemAlloc returns: gpu (device memory, as NCCL), host (shared host "
+                                         "memory), auto = gpu where a GPU is visible, else host"};
+inline const Param<int64_t> kGpuThreads{"TOPOCCL_GPU_THREADS", 256, "Threads per lane (thread block) of the GPU plan kernel"};
+
 // Topology.
 inline const Param<std::string> kTopoFile{"TOPOCCL_TOPO_FILE", "",
                                           "Topology file (NCCL XML, hwloc XML v2 or topoccl JSON) that replaces discovery"};

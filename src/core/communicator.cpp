@@ -438,6 +438,8 @@ void Communicator::gatherClusterTopology() {
 }
 
 Communicator::~Communicator() {
+  gpuPathForAbort_.store(nullptr);
+  gpuPath_.reset();  // waits for its launches in flight
   {
     std::unique_lock lock(queueMutex_);
     stopping_ = true;
@@ -751,6 +753,47 @@ std::string Communicator::chosenAlgorithm(algo::Collective collective, size_t by
   return algo::algorithmName(chooseAlgorithm(collective, bytes));
 }
 
+Communicator::SelectedPlan Communicator::selectPlan(const CollectiveArgs& args) {
+  const size_t elem = dataTypeSize(args.type);
+  const uint32_t inBlocks = algo::inputBlocks(args.collective, nranks_, rank_, args.root);
+  const uint32_t outBlocks = algo::outputBlocks(args.collective, nranks_, rank_, args.root);
+  SelectedPlan selected;
+  selected.inPlace = outBlocks > 0 && inBlocks > 0 && isInPlace(args, rank_, elem);
+  // A plan file may cover the call; else the table. In-place is judged the same way on every rank
+  // (NCCL requires every rank to call in place or none), so every rank picks the same plan.
+  const size_t callBytes = selectionBytes(args, nranks_, elem);
+  const algo::Plan* fromFile = planFileFor(args, callBytes, selected.inPlace);
+  selected.plan = fromFile ? fromFile : &planFor(chooseAlgorithm(args.collective, callBytes), args.collective, args.root);
+  return selected;
+}
+
+void Communicator::enqueueOnGpu(const char* function, const CollectiveArgs& args, void* stream) {
+  const uint32_t inBlocks = algo::inputBlocks(args.collective, nranks_, rank_, args.root);
+  const uint32_t outBlocks = algo::outputBlocks(args.collective, nranks_, rank_, args.root);
+  // Only the buffers this rank uses count (a non-root's gather output may be anything).
+  const bool sendOnGpu = inBlocks == 0 || isGpuPointer(args.send);
+  const bool recvOnGpu = outBlocks == 0 || isGpuPointer(args.recv);
+  if (!sendOnGpu || !recvOnGpu)
+    throwInvalidArgument(std::string(function) + " on rank " + std::to_string(rank_) + ": " +
+                         (sendOnGpu ? "sendbuff is GPU memory but recvbuff is not" : "recvbuff is GPU memory but sendbuff is not") +
+                         "; pass both on the GPU or both in host memory");
+  if (stopping_.load() || aborted_.load()) throwInvalidUsage("communicator is being destroyed or was aborted");
+  std::lock_guard lock(gpuMutex_);
+  if (!gpuPath_) {
+    GpuPathContext context;
+    context.rank = rank_;
+    context.nranks = nranks_;
+    context.nchannels = nchannels_;
+    context.peers = peers_;
+    context.timeout = timeout_;
+    context.allGather = [this](void* data, size_t bytes) { bootstrap_->allGather(data, bytes); };
+    gpuPath_ = makeGpuPath(context);
+    gpuPathForAbort_.store(gpuPath_.get());
+  }
+  const SelectedPlan selected = selectPlan(args);
+  gpuPath_->enqueue(*selected.plan, args, selected.inPlace, stream);
+}
+
 std::unique_ptr<Execution> Communicator::buildCollective(const CollectiveArgs& args,
                                                          std::vector<std::function<void()>>& after) {
   const size_t elem = dataTypeSize(args.type);
@@ -759,14 +802,9 @@ std::unique_ptr<Execution> Communicator::buildCollective(const CollectiveArgs& a
   const uint32_t outBlocks = algo::outputBlocks(args.collective, nranks_, rank_, args.root);
   const char* input = static_cast<const char*>(args.send);
   char* output = static_cast<char*>(args.recv);
-  const bool inPlace = outBlocks > 0 && inBlocks > 0 && isInPlace(args, rank_, elem);
-
-  // A plan file may cover the call; else the table. In-place is judged the same way on every rank
-  // (NCCL requires every rank to call in place or none), so every rank picks the same plan.
-  const size_t callBytes = selectionBytes(args, nranks_, elem);
-  const algo::Plan* fromFile = planFileFor(args, callBytes, inPlace);
-  const algo::Plan& plan =
-      fromFile ? *fromFile : planFor(chooseAlgorithm(args.collective, callBytes), args.collective, args.root);
+  const SelectedPlan selected = selectPlan(args);
+  const bool inPlace = selected.inPlace;
+  const algo::Plan& plan = *selected.plan;
 
   // Lower the reduction: PreMulSum and floating Avg scale each input once up front; integer Avg
   // sums and divides the result. Kernels only ever see Sum/Prod/Max/Min.
@@ -1109,6 +1147,7 @@ void Communicator::finalize() {
 
 void Communicator::abort() {
   aborted_ = true;
+  if (GpuPath* gpu = gpuPathForAbort_.load()) gpu->abort();  // kernels stop at their next wait
   if (bootstrap_) bootstrap_->abort();
   std::deque<Job> dropped;
   {
@@ -1130,6 +1169,10 @@ void Communicator::abort() {
 }
 
 ncclResult_t Communicator::asyncError() const {
+  if (GpuPath* gpu = gpuPathForAbort_.load()) {
+    std::string message;
+    if (const ncclResult_t code = gpu->asyncError(message); code != ncclSuccess) return code;
+  }
   if (failed_.load(std::memory_order_acquire)) {
     std::lock_guard lock(queueMutex_);
     return asyncError_;
@@ -1139,6 +1182,10 @@ ncclResult_t Communicator::asyncError() const {
 }
 
 std::string Communicator::asyncErrorMessage() const {
+  if (GpuPath* gpu = gpuPathForAbort_.load()) {
+    std::string message;
+    if (gpu->asyncError(message) != ncclSuccess) return message;
+  }
   std::lock_guard lock(queueMutex_);
   return asyncErrorMessage_;
 }

@@ -24,6 +24,7 @@
 #include "algorithms/selection.hpp"
 #include "bootstrap/bootstrap.hpp"
 #include "common/datatype.hpp"
+#include "core/gpu_path.hpp"
 #include "core/host_arena.hpp"
 #include "core/work.hpp"
 #include "kernels/host_reduce.hpp"
@@ -89,6 +90,10 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // The host index of `rank` in clusterTopology() (Vertex::host), -1 without a cluster graph.
   int clusterHost(int rank) const { return clusterHostOfRank_.empty() ? -1 : clusterHostOfRank_[rank]; }
 
+  // A collective on GPU buffers: enqueued on `stream` (a cudaStream_t), returns at once. The first such call
+  // sets the GPU path up, collectively. Throws on bad input (one buffer on the GPU and the other not, ...).
+  void enqueueOnGpu(const char* function, const CollectiveArgs& args, void* stream);
+
   // Queues a group of operations that progress together; returns at once.
   std::shared_ptr<Work> submit(std::vector<Operation> operations);
   // Runs a group to completion on the calling thread when the engine is idle (saving two thread
@@ -129,6 +134,12 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   void runGroup(std::vector<Operation>& operations);
   transport::Connection* connection(int peer, int channel);
   transport::Transport& transportFor(int peer) const;
+  struct SelectedPlan {
+    const algo::Plan* plan = nullptr;
+    bool inPlace = false;
+  };
+  // The plan every rank runs for this call: a plan file's, else the selection table's.
+  SelectedPlan selectPlan(const CollectiveArgs& args);
   std::unique_ptr<Execution> buildCollective(const CollectiveArgs& args, std::vector<std::function<void()>>& after);
   std::unique_ptr<Execution> buildPointToPoint(const std::vector<const PointToPointArgs*>& ops);
   std::vector<uint32_t> shardWeights_;  // hierarchical all-reduce shard per local rank (near mode); empty: even
@@ -209,6 +220,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   ncclResult_t asyncError_ = ncclSuccess;
   std::string asyncErrorMessage_;
   std::thread engine_;
+  std::mutex gpuMutex_;                // enqueueOnGpu callers
+  std::unique_ptr<GpuPath> gpuPath_;  // set up by the first GPU collective
+  std::atomic<GpuPath*> gpuPathForAbort_{nullptr};  // the same, for abort() and asyncError() without the lock
 
   // The last finished collective's execution, reused (reset, no allocation) when the next call resolves to the
   // same plan, buffers, count, type and reduction: the per-call path of a training loop. Declared last so it

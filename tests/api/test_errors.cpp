@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "nccl.h"
 #include "topoccl/nccl_ext.h"
 
@@ -172,6 +174,27 @@ TEST_CASE("topocclCommPredict names the plan the communicator runs and the model
                "allreduce, allgather");
   EXPECT_ERROR(topocclCommPredict(ranks.comms[0], "allreduce", 8, 0, nullptr), ncclInvalidArgument, "prediction");
   EXPECT_ERROR(topocclCommPredict(nullptr, "allreduce", 8, 0, &p), ncclInvalidArgument, "comm is NULL");
+}
+
+TEST_CASE("ncclMemAlloc: TOPOCCL_MEM_ALLOC is checked, and asking for GPU memory without a GPU is a named error") {
+  void* p = nullptr;
+  setenv("TOPOCCL_MEM_ALLOC", "vram", 1);
+  EXPECT_ERROR(ncclMemAlloc(&p, 16), ncclInvalidArgument, "TOPOCCL_MEM_ALLOC=vram", "auto, gpu or host");
+  CHECK(p == nullptr);
+  setenv("TOPOCCL_MEM_ALLOC", "gpu", 1);
+  if (access("/dev/nvidiactl", F_OK) != 0) {
+    // This machine has no GPU: the error says what was asked for (cudaMalloc, or a build without CUDA).
+    const ncclResult_t result = ncclMemAlloc(&p, 16);
+    INFO(ncclGetErrorString(result) << ": " << lastError());
+    CHECK(result != ncclSuccess);
+    CHECK(p == nullptr);
+    CHECK_THAT(lastError(), Catch::Contains("ncclMemAlloc") && (Catch::Contains("cudaMalloc") || Catch::Contains("CUDA")));
+  }
+  setenv("TOPOCCL_MEM_ALLOC", "host", 1);
+  REQUIRE(ncclMemAlloc(&p, 64) == ncclSuccess);
+  std::memset(p, 1, 64);  // host memory
+  CHECK(ncclMemFree(p) == ncclSuccess);
+  unsetenv("TOPOCCL_MEM_ALLOC");
 }
 
 TEST_CASE("host memory from ncclMemAlloc works in collectives") {

@@ -1,0 +1,437 @@
+#include "core/gpu_path.hpp"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "common/params.hpp"
+#include "core/communicator.hpp"
+#include "core/device_lowering.hpp"
+#include "kernels/reduce_ops.hpp"
+
+#if defined(TOPOCCL_HAVE_CUDA)
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda_plan.hpp"
+#endif
+
+namespace topoccl::core {
+
+#if !defined(TOPOCCL_HAVE_CUDA)
+
+bool gpuAvailable() { return false; }
+bool isGpuPointer(const void*) { return false; }
+void* gpuAllocate(size_t) { throwInvalidUsage("GPU memory was asked for (TOPOCCL_MEM_ALLOC=gpu) but this topoccl was built without CUDA"); }
+bool gpuFree(void*) { return false; }
+std::unique_ptr<GpuPath> makeGpuPath(const GpuPathContext&) {
+  throwInvalidUsage("GPU buffers need a topoccl built with CUDA (nvcc was not found when this one was configured)");
+}
+
+#else
+
+namespace {
+
+void check(cudaError_t status, const std::string& what) {
+  if (status != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error so later calls report their own
+    throw Error(ncclUnhandledCudaError, what + ": " + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")");
+  }
+}
+
+constexpr uint32_t kMaxLanes = 64;
+constexpr size_t kImageSlots = 8;  // launches in flight per communicator before the host waits for the oldest
+
+// What each rank tells the others about its receiving FIFOs.
+struct FifoExchange {
+  cudaIpcMemHandle_t handle;
+  uint64_t address;  // for peers in this process
+  int32_t device;
+  int32_t ipcValid;
+  uint64_t slotCount;
+  uint64_t slotBytes;
+  uint64_t llWordsPerSlot;
+};
+
+// A device buffer that only grows; growing waits for the device, since launches in flight may use it.
+class DeviceArena {
+ public:
+  ~DeviceArena() {
+    if (data_) cudaFree(data_);
+  }
+  char* reserve(size_t bytes) {
+    if (bytes <= capacity_) return data_;
+    check(cudaDeviceSynchronize(), "waiting for the GPU before growing a work buffer");
+    if (data_) cudaFree(data_);
+    data_ = nullptr;
+    capacity_ = 0;
+    check(cudaMalloc(reinterpret_cast<void**>(&data_), bytes), "cudaMalloc of a " + std::to_string(bytes) + "-byte work buffer");
+    capacity_ = bytes;
+    return data_;
+  }
+
+ private:
+  char* data_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+class CudaGpuPath final : public GpuPath {
+ public:
+  explicit CudaGpuPath(const GpuPathContext& context) : context_(context) {
+    check(cudaGetDevice(&device_), "cudaGetDevice");
+    const int n = context.nranks;
+    channels_ = std::max(1, context.nchannels);
+    const int64_t slots = params::kGpuFifoSlots.get();
+    const int64_t slotBytes = params::kGpuSlotBytes.get();
+    if (slots < 0 || slots > 4096)
+      throwInvalidArgument(std::string(params::kGpuFifoSlots.name()) + "=" + std::to_string(slots) + " must be 0..4096");
+    if (slotBytes < 256 || slotBytes % 16 != 0 || slotBytes > (64 << 20))
+      throwInvalidArgument(std::string(params::kGpuSlotBytes.name()) + "=" + std::to_string(slotBytes) +
+                           " must be a multiple of 16 between 256 and 64 MiB");
+    geometry_.slotCount = slots > 0 ? static_cast<uint64_t>(slots) : std::max<uint64_t>(8, 2 * static_cast<uint64_t>(n));
+    geometry_.slotBytes = static_cast<uint64_t>(slotBytes);
+    geometry_.llWordsPerSlot = 2048;
+    threads_ = static_cast<unsigned>(params::kGpuThreads.get());
+    if (threads_ == 0 || threads_ % 32 != 0 || threads_ > kernels::kPlanThreadsPerLane)
+      throwInvalidArgument(std::string(params::kGpuThreads.name()) + "=" + std::to_string(threads_) +
+                           " must be a multiple of 32 up to " + std::to_string(kernels::kPlanThreadsPerLane));
+    lowLatencyBytes_ = static_cast<uint64_t>(std::max<int64_t>(0, params::kGpuLowLatencyBytes.get()));
+
+    // Our receiving FIFOs, one per (sender, channel), in one allocation the peers map.
+    const size_t total = fifoBytes() * static_cast<size_t>(n) * static_cast<size_t>(channels_);
+    check(cudaMalloc(reinterpret_cast<void**>(&receiveBlock_), total), "cudaMalloc of the GPU FIFOs (" + std::to_string(total) + " bytes)");
+    check(cudaMemset(receiveBlock_, 0, total), "clearing the GPU FIFOs");
+    check(cudaMalloc(reinterpret_cast<void**>(&laneDone_), kMaxLanes * sizeof(uint64_t)), "cudaMalloc of the lane counters");
+    check(cudaMemset(laneDone_, 0, kMaxLanes * sizeof(uint64_t)), "clearing the lane counters");
+    check(cudaHostAlloc(reinterpret_cast<void**>(&hostFlags_), 2 * sizeof(uint64_t), cudaHostAllocMapped), "cudaHostAlloc of the abort flag");
+    hostFlags_[0] = 0;  // abort
+    hostFlags_[1] = kernels::kPlanRunning;
+    check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&deviceFlags_), hostFlags_, 0), "cudaHostGetDevicePointer");
+    check(cudaDeviceSynchronize(), "setting up the GPU path");
+
+    std::vector<FifoExchange> all(static_cast<size_t>(n));
+    FifoExchange& mine = all[static_cast<size_t>(context.rank)];
+    std::memset(&mine, 0, sizeof(mine));
+    mine.ipcValid = cudaIpcGetMemHandle(&mine.handle, receiveBlock_) == cudaSuccess ? 1 : 0;
+    cudaGetLastError();
+    mine.address = reinterpret_cast<uint64_t>(receiveBlock_);
+    mine.device = device_;
+    mine.slotCount = geometry_.slotCount;
+    mine.slotBytes = geometry_.slotBytes;
+    mine.llWordsPerSlot = geometry_.llWordsPerSlot;
+    context.allGather(all.data(), sizeof(FifoExchange));
+
+    const transport::PeerInfo& me = context.peers[static_cast<size_t>(context.rank)];
+    peerBlocks_.assign(static_cast<size_t>(n), nullptr);
+    opened_.assign(static_cast<size_t>(n), false);
+    for (int q = 0; q < n; ++q) {
+      const FifoExchange& peer = all[static_cast<size_t>(q)];
+      const transport::PeerInfo& info = context.peers[static_cast<size_t>(q)];
+      const std::string who = "rank " + std::to_string(q);
+      if (peer.slotCount != geometry_.slotCount || peer.slotBytes != geometry_.slotBytes)
+        throwInvalidUsage(who + " set its GPU FIFOs up with " + std::to_string(peer.slotCount) + " slots of " +
+                          std::to_string(peer.slotBytes) + " bytes, rank " + std::to_string(context.rank) + " with " +
+                          std::to_string(geometry_.slotCount) + " of " + std::to_string(geometry_.slotBytes) +
+                          "; set TOPOCCL_GPU_FIFO_SLOTS and TOPOCCL_GPU_SLOT_BYTES alike on every rank");
+      if (q == context.rank) {
+        peerBlocks_[static_cast<size_t>(q)] = receiveBlock_;
+        continue;
+      }
+      if (info.hostId != me.hostId)
+        throwInvalidUsage(who + " is on another host (" + info.hostId + "): GPU buffers across hosts are not " +
+                          "supported yet; pass host buffers, which go over the network transports");
+      if (peer.device != device_) {
+        int canAccess = 0;
+        check(cudaDeviceCanAccessPeer(&canAccess, device_, peer.device), "cudaDeviceCanAccessPeer");
+        if (!canAccess)
+          throwInvalidUsage(who + " uses GPU " + std::to_string(peer.device) + ", which GPU " + std::to_string(device_) +
+                            " cannot access directly (no P2P); staging through host memory is not built yet");
+        const cudaError_t enabled = cudaDeviceEnablePeerAccess(peer.device, 0);
+        if (enabled != cudaErrorPeerAccessAlreadyEnabled) check(enabled, "cudaDeviceEnablePeerAccess to GPU " + std::to_string(peer.device));
+        cudaGetLastError();
+      }
+      if (info.processToken == me.processToken) {
+        peerBlocks_[static_cast<size_t>(q)] = reinterpret_cast<char*>(peer.address);  // same address space
+      } else {
+        if (!peer.ipcValid) throwInvalidUsage(who + " could not export its GPU FIFOs through CUDA IPC");
+        void* mapped = nullptr;
+        check(cudaIpcOpenMemHandle(&mapped, peer.handle, cudaIpcMemLazyEnablePeerAccess),
+              "cudaIpcOpenMemHandle of " + who + "'s GPU FIFOs");
+        peerBlocks_[static_cast<size_t>(q)] = static_cast<char*>(mapped);
+        opened_[static_cast<size_t>(q)] = true;
+      }
+    }
+    for (auto& slot : slots_) check(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming), "cudaEventCreate");
+    watchdog_ = std::thread([this] { watch(); });
+    TOPOCCL_INFO(log::kInit, "GPU path: rank %d on GPU %d, %llu-slot FIFOs of %llu bytes, %d channel(s), %u threads a lane",
+                 context.rank, device_, static_cast<unsigned long long>(geometry_.slotCount),
+                 static_cast<unsigned long long>(geometry_.slotBytes), channels_, threads_);
+  }
+
+  ~CudaGpuPath() override {
+    // Let what is in flight finish (or stop, once the timeout passes), then give everything back.
+    const auto deadline = std::chrono::steady_clock::now() + context_.timeout;
+    for (;;) {
+      {
+        std::lock_guard lock(mutex_);
+        if (watched_.empty()) break;
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        abort();
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    stop_.store(true);
+    if (watchdog_.joinable()) watchdog_.join();
+    cudaDeviceSynchronize();
+    for (auto& w : watched_) cudaEventDestroy(w.event);
+    for (auto& slot : slots_) {
+      if (slot.done) cudaEventDestroy(slot.done);
+      if (slot.host) cudaFreeHost(slot.host);
+      if (slot.device) cudaFree(slot.device);
+    }
+    for (size_t q = 0; q < peerBlocks_.size(); ++q)
+      if (opened_[q]) cudaIpcCloseMemHandle(peerBlocks_[q]);
+    if (receiveBlock_) cudaFree(receiveBlock_);
+    if (laneDone_) cudaFree(laneDone_);
+    if (hostFlags_) cudaFreeHost(hostFlags_);
+  }
+
+  void enqueue(const algo::Plan& plan, const CollectiveArgs& args, bool inPlace, void* streamHandle) override {
+    std::string failure;
+    if (asyncError(failure) != ncclSuccess) throwInvalidUsage("the GPU path of this communicator failed earlier: " + failure);
+    check(cudaSetDevice(device_), "cudaSetDevice");
+    auto stream = static_cast<cudaStream_t>(streamHandle);
+    const algo::Collective c = args.collective;
+    const bool reduces = c == algo::Collective::AllReduce || c == algo::Collective::ReduceScatter || c == algo::Collective::Reduce;
+    if (reduces && !kernels::isKernelOp(args.reduce.op))
+      throwInvalidArgument(std::string(algo::collectiveName(c)) + " on GPU buffers: operator " + reduceOpName(args.reduce.op) +
+                           " is not supported on the GPU path yet (sum, prod, max and min are)");
+    if (args.count == 0) return;
+    const size_t elem = dataTypeSize(args.type);
+    const int rank = context_.rank, n = context_.nranks;
+    const uint32_t inBlocks = algo::inputBlocks(c, n, rank, args.root);
+    const uint32_t outBlocks = algo::outputBlocks(c, n, rank, args.root);
+    const char* input = static_cast<const char*>(args.send);
+    char* output = static_cast<char*>(args.recv);
+    if (inPlace && !plan.inPlace && inBlocks > 0) {
+      // The plan needs its input apart from its output: copy it first, on the same stream.
+      char* copy = inputCopy_.reserve(inBlocks * args.count * elem);
+      check(cudaMemcpyAsync(copy, input, inBlocks * args.count * elem, cudaMemcpyDeviceToDevice, stream), "copying the input");
+      input = copy;
+    } else if (!inPlace && !plan.outOfPlace) {
+      throwInternalError("plan '" + plan.name + "' for " + algo::collectiveName(c) + " supports only in-place buffers");
+    }
+    (void)outBlocks;
+    const size_t scratchSize = scratchBytes(plan, args.count, elem);
+    const PlanBuffers buffers{input, output, scratchSize ? scratch_.reserve(scratchSize) : nullptr, args.count, elem};
+    const uint64_t callBytes = args.count * elem;
+    const auto protocol = callBytes <= lowLatencyBytes_ ? kernels::DeviceProtocol::LowLatency : kernels::DeviceProtocol::Simple;
+    const LoweredPlan lowered = lowerPlan(
+        plan, rank, buffers, [&](int peer, int channel, bool sending) { return fifo(peer, channel, sending); }, protocol,
+        geometry_);
+    if (lowered.lanes.size() > kMaxLanes)
+      throwInvalidUsage("plan '" + plan.name + "' gives rank " + std::to_string(rank) + " " +
+                        std::to_string(lowered.lanes.size()) + " lanes; the GPU path runs at most " + std::to_string(kMaxLanes));
+
+    ImageSlot& slot = slots_[nextSlot_++ % kImageSlots];
+    if (slot.used) check(cudaEventSynchronize(slot.done), "waiting for an earlier launch");
+    const size_t imageBytes = deviceImageBytes(lowered);
+    if (imageBytes > slot.capacity) {
+      if (slot.host) cudaFreeHost(slot.host);
+      if (slot.device) cudaFree(slot.device);
+      slot.host = nullptr;
+      slot.device = nullptr;
+      slot.capacity = 0;
+      check(cudaHostAlloc(reinterpret_cast<void**>(&slot.host), imageBytes, cudaHostAllocDefault), "cudaHostAlloc of a plan image");
+      check(cudaMalloc(reinterpret_cast<void**>(&slot.device), imageBytes), "cudaMalloc of a plan image");
+      slot.capacity = imageBytes;
+    }
+    kernels::DevicePlan header;
+    header.protocol = protocol;
+    header.geometry = geometry_;
+    header.laneDone = laneDone_;
+    header.launchBase = ++launches_ << 32;
+    header.abortFlag = deviceFlags_;
+    header.status = deviceFlags_ + 1;
+    writeDeviceImage(lowered, header, slot.host, reinterpret_cast<uintptr_t>(slot.device));
+
+    // Launches of one communicator run in call order whatever streams they are on: they share the FIFO
+    // counters and lane counters.
+    if (lastStream_ != nullptr && lastStream_ != stream) check(cudaStreamWaitEvent(stream, lastDone_, 0), "ordering after the previous launch");
+    check(cudaMemcpyAsync(slot.device, slot.host, imageBytes, cudaMemcpyHostToDevice, stream), "uploading the plan");
+    const cudaError_t launched = kernels::launchPlan(args.type, args.reduce.op, reduces,
+                                                     reinterpret_cast<const kernels::DevicePlan*>(slot.device),
+                                                     static_cast<uint32_t>(lowered.lanes.size()), threads_, stream);
+    check(launched, std::string("launching ") + algo::collectiveName(c) + " (" + plan.name + ")");
+    check(cudaEventRecord(slot.done, stream), "cudaEventRecord");
+    slot.used = true;
+    lastDone_ = slot.done;
+    lastStream_ = stream;
+
+    cudaEvent_t watched = nullptr;
+    check(cudaEventCreateWithFlags(&watched, cudaEventDisableTiming), "cudaEventCreate");
+    check(cudaEventRecord(watched, stream), "cudaEventRecord");
+    std::lock_guard lock(mutex_);
+    watched_.push_back({watched, std::chrono::steady_clock::now(),
+                        std::string(algo::collectiveName(c)) + " (" + plan.name + ", " + std::to_string(args.count) + " x " +
+                            dataTypeName(args.type) + ")"});
+  }
+
+  void abort() override { __atomic_store_n(&hostFlags_[0], 1, __ATOMIC_RELAXED); }
+
+  ncclResult_t asyncError(std::string& message) const override {
+    std::lock_guard lock(mutex_);
+    message = failure_;
+    return failure_.empty() ? ncclSuccess : failureCode_;
+  }
+
+ private:
+  struct ImageSlot {
+    cudaEvent_t done = nullptr;
+    char* host = nullptr;
+    char* device = nullptr;
+    size_t capacity = 0;
+    bool used = false;
+  };
+  struct Watched {
+    cudaEvent_t event;
+    std::chrono::steady_clock::time_point since;
+    std::string what;
+  };
+
+  size_t fifoBytes() const {
+    return sizeof(kernels::DeviceFifoCounters) + geometry_.simpleBytes() + geometry_.lowLatencyBytes();
+  }
+
+  // Sending: our FIFO in the peer's block; receiving: the peer's FIFO in ours.
+  kernels::DeviceFifo fifo(int peer, int channel, bool sending) const {
+    if (channel < 0 || channel >= channels_)
+      throwInvalidUsage("the plan uses channel " + std::to_string(channel) + "; the GPU path set up " +
+                        std::to_string(channels_) + " (TOPOCCL_NCHANNELS)");
+    const int sender = sending ? context_.rank : peer;
+    char* block = sending ? peerBlocks_[static_cast<size_t>(peer)] : receiveBlock_;
+    char* base = block + (static_cast<size_t>(sender) * static_cast<size_t>(channels_) + static_cast<size_t>(channel)) * fifoBytes();
+    kernels::DeviceFifo f;
+    f.counters = reinterpret_cast<kernels::DeviceFifoCounters*>(base);
+    f.slots = base + sizeof(kernels::DeviceFifoCounters);
+    f.lines = reinterpret_cast<uint64_t*>(f.slots + geometry_.simpleBytes());
+    f.slotCount = geometry_.slotCount;
+    return f;
+  }
+
+  void fail(ncclResult_t code, const std::string& message) {
+    std::lock_guard lock(mutex_);
+    if (failure_.empty()) {
+      failure_ = message;
+      failureCode_ = code;
+    }
+  }
+
+  // Retires finished launches; turns one that outlives the timeout, or a lane that gave up, into an abort.
+  void watch() {
+    cudaSetDevice(device_);
+    while (!stop_.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      if (__atomic_load_n(&hostFlags_[1], __ATOMIC_RELAXED) != kernels::kPlanRunning)
+        fail(ncclRemoteError, "rank " + std::to_string(context_.rank) + ": a GPU collective stopped early (ncclCommAbort or a timeout)");
+      std::lock_guard lock(mutex_);
+      while (!watched_.empty()) {
+        Watched& oldest = watched_.front();
+        const cudaError_t state = cudaEventQuery(oldest.event);
+        if (state == cudaErrorNotReady) {
+          if (std::chrono::steady_clock::now() - oldest.since > context_.timeout && failure_.empty()) {
+            failure_ = "rank " + std::to_string(context_.rank) + ": " + oldest.what + " on the GPU did not finish within " +
+                       std::to_string(context_.timeout.count()) + " ms (TOPOCCL_TIMEOUT_MS); aborted. A peer may have " +
+                       "died or not called the same collective.";
+            failureCode_ = ncclRemoteError;
+            __atomic_store_n(&hostFlags_[0], 1, __ATOMIC_RELAXED);
+          }
+          break;
+        }
+        if (state != cudaSuccess && failure_.empty()) {
+          failure_ = "rank " + std::to_string(context_.rank) + ": " + oldest.what + " failed on the GPU: " + cudaGetErrorString(state);
+          failureCode_ = ncclUnhandledCudaError;
+        }
+        cudaEventDestroy(oldest.event);
+        watched_.pop_front();
+      }
+    }
+  }
+
+  GpuPathContext context_;
+  int device_ = 0;
+  int channels_ = 1;
+  unsigned threads_ = 256;
+  uint64_t lowLatencyBytes_ = 0;
+  kernels::DeviceFifoGeometry geometry_;
+  char* receiveBlock_ = nullptr;
+  std::vector<char*> peerBlocks_;
+  std::vector<bool> opened_;
+  uint64_t* laneDone_ = nullptr;
+  uint64_t* hostFlags_ = nullptr;    // [0] abort, [1] status: mapped host memory the kernels poll and write
+  uint64_t* deviceFlags_ = nullptr;  // the same, as the device sees it
+  DeviceArena scratch_;
+  DeviceArena inputCopy_;
+  std::array<ImageSlot, kImageSlots> slots_{};
+  size_t nextSlot_ = 0;
+  uint64_t launches_ = 0;
+  cudaStream_t lastStream_ = nullptr;
+  cudaEvent_t lastDone_ = nullptr;
+  mutable std::mutex mutex_;
+  std::deque<Watched> watched_;
+  std::string failure_;
+  ncclResult_t failureCode_ = ncclSuccess;
+  std::atomic<bool> stop_{false};
+  std::thread watchdog_;
+};
+
+}  // namespace
+
+bool gpuAvailable() {
+  static const bool available = [] {
+    int devices = 0;
+    const bool ok = cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
+    cudaGetLastError();
+    return ok;
+  }();
+  return available;
+}
+
+bool isGpuPointer(const void* pointer) {
+  if (pointer == nullptr || !gpuAvailable()) return false;
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, pointer) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
+}
+
+void* gpuAllocate(size_t bytes) {
+  void* pointer = nullptr;
+  check(cudaMalloc(&pointer, bytes), "cudaMalloc of " + std::to_string(bytes) + " bytes of GPU memory");
+  return pointer;
+}
+
+bool gpuFree(void* pointer) {
+  if (!isGpuPointer(pointer)) return false;
+  cudaFree(pointer);
+  return true;
+}
+
+std::unique_ptr<GpuPath> makeGpuPath(const GpuPathContext& context) {
+  if (!gpuAvailable()) throwInvalidUsage("GPU buffers were passed but no GPU is visible to this process");
+  return std::make_unique<CudaGpuPath>(context);
+}
+
+#endif
+
+}  // namespace topoccl::core
