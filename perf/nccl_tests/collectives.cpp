@@ -42,7 +42,7 @@ const CollectiveSpec kAllReduce{
     [](size_t b, size_t e, int n, size_t& pc, size_t& se, size_t& re) { wholeCounts(b, e, n, pc, se, re); },
     wholeBytes, allReduceFactor, sameBuffer,
     [](const RankContext& c, size_t pc, ncclDataType_t t, ncclRedOp_t op, int) {
-      return ncclAllReduce(c.send, c.recv, pc, t, op, c.comm, nullptr);
+      return ncclAllReduce(c.send, c.recv, pc, t, op, c.comm, c.stream);
     },
     [](int, int n, size_t i, size_t, int, ncclRedOp_t op, Input in, void* st, double& v) {
       v = reduceValues(op, n, in, st, i);
@@ -54,7 +54,7 @@ const CollectiveSpec kAllGather{
     [](size_t b, size_t e, int n, size_t& pc, size_t& se, size_t& re) { splitCounts(b, e, n, pc, false, true, se, re); },
     gatheredBytes, ringFactor, sendInsideRecv,
     [](const RankContext& c, size_t pc, ncclDataType_t t, ncclRedOp_t, int) {
-      return ncclAllGather(c.send, c.recv, pc, t, c.comm, nullptr);
+      return ncclAllGather(c.send, c.recv, pc, t, c.comm, c.stream);
     },
     [](int, int, size_t i, size_t pc, int, ncclRedOp_t, Input in, void* st, double& v) {
       v = in(static_cast<int>(i / pc), i % pc, st);
@@ -66,7 +66,7 @@ const CollectiveSpec kReduceScatter{
     [](size_t b, size_t e, int n, size_t& pc, size_t& se, size_t& re) { splitCounts(b, e, n, pc, true, false, se, re); },
     gatheredBytes, ringFactor, recvInsideSend,
     [](const RankContext& c, size_t pc, ncclDataType_t t, ncclRedOp_t op, int) {
-      return ncclReduceScatter(c.send, c.recv, pc, t, op, c.comm, nullptr);
+      return ncclReduceScatter(c.send, c.recv, pc, t, op, c.comm, c.stream);
     },
     [](int rank, int n, size_t i, size_t pc, int, ncclRedOp_t op, Input in, void* st, double& v) {
       v = reduceValues(op, n, in, st, static_cast<size_t>(rank) * pc + i);
@@ -78,7 +78,7 @@ const CollectiveSpec kAlltoAll{
     [](size_t b, size_t e, int n, size_t& pc, size_t& se, size_t& re) { splitCounts(b, e, n, pc, true, true, se, re); },
     gatheredBytes, ringFactor, sameBuffer,
     [](const RankContext& c, size_t pc, ncclDataType_t t, ncclRedOp_t, int) {
-      return ncclAlltoAll(c.send, c.recv, pc, t, c.comm, nullptr);
+      return ncclAlltoAll(c.send, c.recv, pc, t, c.comm, c.stream);
     },
     [](int rank, int, size_t i, size_t pc, int, ncclRedOp_t, Input in, void* st, double& v) {
       v = in(static_cast<int>(i / pc), static_cast<size_t>(rank) * pc + i % pc, st);
@@ -90,7 +90,7 @@ const CollectiveSpec kBroadcast{
     [](size_t b, size_t e, int n, size_t& pc, size_t& se, size_t& re) { wholeCounts(b, e, n, pc, se, re); },
     wholeBytes, [](int n) { return one(n); }, sameBuffer,
     [](const RankContext& c, size_t pc, ncclDataType_t t, ncclRedOp_t, int root) {
-      return ncclBroadcast(c.send, c.recv, pc, t, root, c.comm, nullptr);
+      return ncclBroadcast(c.send, c.recv, pc, t, root, c.comm, c.stream);
     },
     [](int, int, size_t i, size_t, int root, ncclRedOp_t, Input in, void* st, double& v) {
       v = in(root, i, st);
@@ -102,7 +102,7 @@ const CollectiveSpec kReduce{
     [](size_t b, size_t e, int n, size_t& pc, size_t& se, size_t& re) { wholeCounts(b, e, n, pc, se, re); },
     wholeBytes, [](int n) { return one(n); }, sameBuffer,
     [](const RankContext& c, size_t pc, ncclDataType_t t, ncclRedOp_t op, int root) {
-      return ncclReduce(c.send, c.recv, pc, t, op, root, c.comm, nullptr);
+      return ncclReduce(c.send, c.recv, pc, t, op, root, c.comm, c.stream);
     },
     [](int rank, int n, size_t i, size_t, int root, ncclRedOp_t op, Input in, void* st, double& v) {
       if (rank != root) return false;
@@ -121,8 +121,8 @@ const CollectiveSpec kSendRecv{
     },
     [](const RankContext& c, size_t pc, ncclDataType_t t, ncclRedOp_t, int) {
       ncclResult_t r = ncclGroupStart();
-      if (r == ncclSuccess) r = ncclSend(c.send, pc, t, (c.rank + 1) % c.nranks, c.comm, nullptr);
-      if (r == ncclSuccess) r = ncclRecv(c.recv, pc, t, (c.rank + c.nranks - 1) % c.nranks, c.comm, nullptr);
+      if (r == ncclSuccess) r = ncclSend(c.send, pc, t, (c.rank + 1) % c.nranks, c.comm, c.stream);
+      if (r == ncclSuccess) r = ncclRecv(c.recv, pc, t, (c.rank + c.nranks - 1) % c.nranks, c.comm, c.stream);
       const ncclResult_t end = ncclGroupEnd();
       return r != ncclSuccess ? r : end;
     },
@@ -136,7 +136,7 @@ const CollectiveSpec kGather{
     [](size_t b, size_t e, int n, size_t& pc, size_t& se, size_t& re) { splitCounts(b, e, n, pc, false, true, se, re); },
     gatheredBytes, ringFactor, sendInsideRecv,
     [](const RankContext& c, size_t pc, ncclDataType_t t, ncclRedOp_t, int root) {
-      return ncclGather(c.send, c.recv, pc, t, root, c.comm, nullptr);
+      return ncclGather(c.send, c.recv, pc, t, root, c.comm, c.stream);
     },
     [](int rank, int, size_t i, size_t pc, int root, ncclRedOp_t, Input in, void* st, double& v) {
       if (rank != root) return false;
@@ -149,7 +149,7 @@ const CollectiveSpec kScatter{
     [](size_t b, size_t e, int n, size_t& pc, size_t& se, size_t& re) { splitCounts(b, e, n, pc, true, false, se, re); },
     gatheredBytes, ringFactor, recvInsideSend,
     [](const RankContext& c, size_t pc, ncclDataType_t t, ncclRedOp_t, int root) {
-      return ncclScatter(c.send, c.recv, pc, t, root, c.comm, nullptr);
+      return ncclScatter(c.send, c.recv, pc, t, root, c.comm, c.stream);
     },
     [](int rank, int, size_t i, size_t pc, int root, ncclRedOp_t, Input in, void* st, double& v) {
       v = in(root, static_cast<size_t>(rank) * pc + i, st);

@@ -20,6 +20,10 @@
 #include <stdexcept>
 #include <thread>
 
+#ifdef TOPOCCL_PERF_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 #ifdef TOPOCCL_PERF_MPI
 #include <mpi.h>
 #endif
@@ -37,9 +41,48 @@ struct Options {
   bool csv = false, json = false;
   bool injectError = false;  // perturbs one received element per check: proves the check can fail
   bool predict = false;      // print the cost model's time for the plan that ran (topocclCommPredict)
+  bool gpu = false;          // buffers on the GPU (ncclMemAlloc device memory, a stream per rank), as nccl-tests
   // Accepted for nccl-tests compatibility; they configure GPU-only machinery and change nothing here.
   int parallelInit = 0, streamNull = 0, graph = 0, cputime = 0, localRegister = 0, timestamps = 0, memory = 0;
   int unalign = 0, perIter = 0, perIterSkip = 0, ctaPolicy = -1, deviceImpl = 0, deviceCtas = 16, timeout = 0;
+};
+
+// Where the benchmark's buffers live. Host: plain memory operations. GPU (--gpu): the CUDA runtime, with the
+// fills and checks staged through host memory, and each rank's stream synchronized where the host waits.
+struct Memory {
+  bool gpu = false;
+  void zero(void* p, size_t bytes) const {
+#ifdef TOPOCCL_PERF_CUDA
+    if (gpu) return check(cudaMemset(p, 0, bytes), "cudaMemset");
+#endif
+    std::memset(p, 0, bytes);
+  }
+  void upload(void* dst, const void* src, size_t bytes) const {
+#ifdef TOPOCCL_PERF_CUDA
+    if (gpu) return check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to the GPU");
+#endif
+    std::memcpy(dst, src, bytes);
+  }
+  void download(void* dst, const void* src, size_t bytes) const {
+#ifdef TOPOCCL_PERF_CUDA
+    if (gpu) return check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy from the GPU");
+#endif
+    std::memcpy(dst, src, bytes);
+  }
+  void sync(cudaStream_t stream) const {
+#ifdef TOPOCCL_PERF_CUDA
+    if (gpu) check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+#else
+    (void)stream;
+#endif
+  }
+#ifdef TOPOCCL_PERF_CUDA
+  static void check(cudaError_t e, const char* what) {
+    if (e == cudaSuccess) return;
+    std::fprintf(stderr, "perf: %s failed: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+#endif
 };
 
 size_t parseSize(const std::string& text, const char* flag) {
@@ -197,6 +240,10 @@ class Runner {
     }
     if (maxBytes_ < minBytes_) die(program_ + ": -e/--maxbytes " + o_.maxBytes + " is below -b/--minbytes " + o_.minBytes);
     if (o_.threads < 1 || o_.gpus < 1) die(program_ + ": -t and -g must be at least 1");
+#ifndef TOPOCCL_PERF_CUDA
+    if (o_.gpu) die(program_ + ": --gpu needs a build with CUDA (nvcc was not found when this one was configured)");
+#endif
+    mem_.gpu = o_.gpu;
     if (o_.iters < 1 || o_.warmup < 0 || o_.aggIters < 1 || o_.check < 0 || o_.cycles < 0)
       die(program_ + ": -n and -m must be >= 1; -w, -c and -N >= 0");
     for (const TypeInfo& t : types())
@@ -273,6 +320,7 @@ class Runner {
   ncclUniqueId id_{};
   std::unique_ptr<std::barrier<>> barrier_;
   std::vector<double> threadTimes_;
+  Memory mem_;
   std::atomic<long long> wrong_{0};
   std::vector<Row> rows_;
   long long totalWrong_ = 0;
@@ -309,8 +357,9 @@ class Runner {
         for (int g = 0; g < o_.gpus; ++g) {
           const int rank = (p * o_.threads + t) * o_.gpus + g;
           const ProcessName& name = processNames_[static_cast<size_t>(p)];
-          std::printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [%04x:%02x:%02x] host memory (topoccl, CPU)\n", rank, 0,
-                      static_cast<int>(name.pid), name.host, t * o_.gpus + g, 0, 0, 0);
+          std::printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [%04x:%02x:%02x] %s\n", rank, 0,
+                      static_cast<int>(name.pid), name.host, t * o_.gpus + g, 0, 0, 0,
+                      o_.gpu ? "GPU memory (topoccl)" : "host memory (topoccl, CPU)");
         }
     std::printf("#\n");
     std::printf("# %51s  %33s  %33s\n", "", "out-of-place", "in-place");
@@ -456,14 +505,23 @@ class Runner {
     // One allocation serves both (in place aliases into it), sized for the larger of the two.
     const size_t alloc = std::max(sendMax, recvMax) + 64;
     for (RankContext& c : rc) {
+#ifdef TOPOCCL_PERF_CUDA
+      if (o_.gpu) {
+        // nccl-tests' placement: this process's ranks over the visible GPUs in turn (one GPU: all on it).
+        int devices = 0;
+        Memory::check(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+        Memory::check(cudaSetDevice((thread * o_.gpus + (c.rank % o_.gpus)) % std::max(1, devices)), "cudaSetDevice");
+        Memory::check(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+      }
+#endif
       void* s = nullptr;
       void* r = nullptr;
       checkNccl(ncclMemAlloc(&s, alloc), "ncclMemAlloc", c.rank);
       checkNccl(ncclMemAlloc(&r, alloc), "ncclMemAlloc", c.rank);
       c.sendBase = static_cast<char*>(s);
       c.recvBase = static_cast<char*>(r);
-      std::memset(c.sendBase, 0, alloc);
-      std::memset(c.recvBase, 0, alloc);
+      mem_.zero(c.sendBase, alloc);
+      mem_.zero(c.recvBase, alloc);
     }
 
     const std::vector<size_t> sizeList = sizes();
@@ -481,7 +539,14 @@ class Runner {
       ncclMemFree(c.sendBase);
       ncclMemFree(c.recvBase);
       checkNccl(ncclCommDestroy(c.comm), "ncclCommDestroy", c.rank);
+#ifdef TOPOCCL_PERF_CUDA
+      if (c.stream) cudaStreamDestroy(c.stream);
+#endif
     }
+  }
+
+  void syncAll(const std::vector<RankContext>& rc) const {
+    for (const RankContext& c : rc) mem_.sync(c.stream);
   }
 
   void placeBuffers(std::vector<RankContext>& rc, size_t paramCount, size_t eltSize, bool inPlace) {
@@ -506,6 +571,7 @@ class Runner {
       }
       if (o_.blocking == 1 || o_.blocking == 2) {
         if (group) checkNccl(ncclGroupEnd(), "ncclGroupEnd", rc[0].rank);
+        syncAll(rc);
         if (o_.blocking == 1) barrierAll(thread);
         if (group) checkNccl(ncclGroupStart(), "ncclGroupStart", rc[0].rank);
       }
@@ -529,6 +595,7 @@ class Runner {
       // the first size; on a 2-core host the launcher forwarding the last printed row then lands in the first timed
       // call (a 100-500 us stall that doubled 2-rank small-message times, for OpenMPI too when run that way).
       for (int w = 0; w < o_.warmup; ++w) iterate(rc, bytes, t, op.op, root, inPlace, thread);
+      syncAll(rc);
       barrierAll(thread);
       double excluded = 0;
       const auto t0 = Clock::now();
@@ -536,10 +603,12 @@ class Runner {
         iterate(rc, bytes, t, op.op, root, inPlace, thread);
         if (o_.blocking == 3) {  // barrier after each iteration, not counted
           const auto b0 = Clock::now();
+          syncAll(rc);
           barrierAll(thread);
           excluded += std::chrono::duration<double>(Clock::now() - b0).count();
         }
       }
+      syncAll(rc);  // GPU calls return at once; the time is until the streams are done
       const double seconds = std::chrono::duration<double>(Clock::now() - t0).count() - excluded;
       threadTimes_[static_cast<size_t>(thread)] = seconds / (o_.iters * o_.aggIters);
       if (o_.check > 0) verify(rc, bytes, t, op.op, root, inPlace, thread);
@@ -588,23 +657,30 @@ class Runner {
       st.op = op;
       st.maxValue = static_cast<int>(std::clamp(t.exactLimit / nranks_, 1.0, 9.0));
       placeBuffers(rc, pc, t.size, inPlace);
+      std::vector<char> staged;  // one rank's input, built on the host
       for (RankContext& c : rc) {
-        std::memset(c.recvBase, 0, std::max(se, re) * t.size + 64);
+        mem_.zero(c.recvBase, std::max(se, re) * t.size + 64);
         // In place, the send data lives inside the receive allocation: fill through the placed pointer.
-        for (size_t j = 0; j < se; ++j) store(c.send, j, t.type, inputValue(c.rank, j, &st));
+        staged.assign(se * t.size, 0);
+        for (size_t j = 0; j < se; ++j) store(staged.data(), j, t.type, inputValue(c.rank, j, &st));
+        mem_.upload(c.send, staged.data(), se * t.size);
       }
       barrierAll(thread);
       iterate(rc, bytes, t, op, root, inPlace, thread);
+      syncAll(rc);
       barrierAll(thread);
-      if (o_.injectError && re > 0) store(rc[0].recv, re - 1, t.type, load(rc[0].recv, re - 1, t.type) + 1);
       long long bad = 0;
+      std::vector<char> received;
       for (const RankContext& c : rc) {
+        received.assign(re * t.size, 0);
+        mem_.download(received.data(), c.recv, re * t.size);
+        if (o_.injectError && re > 0 && &c == &rc[0]) store(received.data(), re - 1, t.type, load(received.data(), re - 1, t.type) + 1);
         for (size_t i = 0; i < re; ++i) {
           double want = 0;
           if (!spec_.expected(c.rank, nranks_, i, pc, root, op, inputValue, &st, want)) continue;
           if (t.isFloat && !std::isfinite(want)) continue;
           if (op == ncclAvg && !t.isFloat) want = std::trunc(want);  // integer division, as NCCL's SumPostDiv
-          const double got = load(c.recv, i, t.type);
+          const double got = load(received.data(), i, t.type);
           const double tol = (op == ncclAvg && t.isFloat) ? std::abs(want) * (t.size == 2 ? 1e-2 : 1e-6) : 0.0;
           if (!(std::abs(got - want) <= tol)) ++bad;
         }
@@ -637,7 +713,6 @@ double reduceValues(ncclRedOp_t op, int nranks, double (*input)(int r, size_t j,
 int runPerf(const CollectiveSpec& spec, int argc, char** argv) {
   // These benchmarks fill and check their buffers on the host: ncclMemAlloc must return host memory even
   // on a machine with a GPU (where its default is device memory), unless the caller says otherwise.
-  setenv("TOPOCCL_MEM_ALLOC", "host", 0);
   Options o;
   const std::string program = std::string(spec.name) + "_perf";
   CLI::App app{program + ": nccl-tests-compatible benchmark of " + spec.name + " on topoccl (flags and output as nccl-tests)"};
@@ -661,6 +736,7 @@ int runPerf(const CollectiveSpec& spec, int argc, char** argv) {
   app.add_flag("--csv", o.csv, "print CSV rows instead of the table");
   app.add_flag("--json", o.json, "print a JSON document instead of the table");
   app.add_flag("--inject-error", o.injectError, "test the checker: perturb one received element of each check");
+  app.add_flag("--gpu", o.gpu, "buffers in GPU memory, a stream per rank (CUDA builds; several ranks may share a GPU)");
   app.add_flag("--predict", o.predict,
                "after each row, the plan that ran, the cost model's time for it and measured/predicted");
   // GPU-only nccl-tests flags, accepted so existing command lines run; host memory has nothing to configure.
@@ -680,6 +756,9 @@ int runPerf(const CollectiveSpec& spec, int argc, char** argv) {
   app.add_option("-T,--timeout", o.timeout, "accepted; a dead peer already becomes an error (TOPOCCL timeouts)");
   try {
     app.parse(argc, argv);
+    // ncclMemAlloc's memory, unless the caller chose: the GPU's with --gpu, else host memory, which these
+    // benchmarks fill and check in place (on a machine with a GPU, ncclMemAlloc's default is device memory).
+    setenv("TOPOCCL_MEM_ALLOC", o.gpu ? "gpu" : "host", 0);
     Runner runner(spec, o, program);
     return runner.run();
   } catch (const CLI::ParseError& e) {

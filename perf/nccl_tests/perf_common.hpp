@@ -21,6 +21,7 @@ struct RankContext {
   char* recv = nullptr;
   char* sendBase = nullptr;  // allocations
   char* recvBase = nullptr;
+  cudaStream_t stream = nullptr;  // --gpu: the rank's own stream (ranks sharing a GPU must not share one)
 };
 
 // The per-collective description (nccl-tests' testColl / testEngine).

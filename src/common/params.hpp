@@ -65,6 +65,8 @@ inline const Param<bool> kCommBlocking{"NCCL_COMM_BLOCKING", true, "Overrides nc
 inline const Param<int64_t> kGpuLowLatencyBytes{"TOPOCCL_GPU_LL_BYTES", 65536,
                                                 "GPU collectives up to this many bytes use the LowLatency protocol "
                                                 "(data and flag in one word), larger ones Simple"};
+inline const Param<std::string> kProto{"NCCL_PROTO", "",
+                                      "GPU protocols allowed: a list of LL, LL128, Simple; ^ excludes (LL128 runs as LL)"};
 inline const Param<int64_t> kGpuFifoSlots{"TOPOCCL_GPU_FIFO_SLOTS", 0,
                                           "Slots per GPU connection FIFO; 0 = max(8, 2 x ranks), enough for every "
                                           "built-in plan"};

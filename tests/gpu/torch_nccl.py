@@ -1,0 +1,149 @@
+"""PyTorch on topoccl's libnccl.so.2 (issue 7's real client).
+
+torch.distributed's "nccl" backend with 2 processes sharing GPU 0 (NCCL itself refuses two ranks on one GPU;
+topoccl allows it), run with topoccl's library preloaded in place of NVIDIA's:
+
+    LD_PRELOAD=/path/to/topoccl/libnccl.so.2 python3 torch_nccl.py            # check
+    LD_PRELOAD=/path/to/topoccl/libnccl.so.2 python3 torch_nccl.py --bench    # + all-reduce timings
+    python3 torch_nccl.py --bench --world 1                                     # NVIDIA's NCCL, 1 rank
+
+Checks all_reduce, all_gather_into_tensor, reduce_scatter_tensor and broadcast against a CPU reference computed
+from every rank's (deterministic) input, exactly (small integers in float32), then trains a small model with
+DistributedDataParallel for 20 steps and compares its weights with the same training on the CPU, where each
+step's gradient is the mean of the ranks' gradients. Prints which libnccl the process mapped and "torch nccl:
+PASSED" or "FAILED: ...". Exit code 0 only when everything matched.
+"""
+import argparse
+import os
+import socket
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_input(rank, n, step=0):
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    return torch.randint(-8, 9, (n,), generator=g).float()
+
+
+def model_for(seed):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+
+
+def batch(rank, step):
+    g = torch.Generator().manual_seed(77 + 31 * step + rank)
+    return torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+
+
+def library_in_use():
+    with open("/proc/self/maps") as maps:
+        paths = {line.split()[-1] for line in maps if "libnccl" in line}
+    return ", ".join(sorted(paths)) or "(no libnccl mapped)"
+
+
+def worker(rank, world, port, bench, failures):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.cuda.set_device(0)
+    dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda:0"))
+    errors = []
+
+    def expect(name, got, want):
+        if not torch.equal(got.cpu(), want):
+            diff = (got.cpu() - want).abs().max().item()
+            errors.append(f"rank {rank}: {name}: differs from the CPU reference (max |diff| {diff})")
+
+    for n in (1, 4099, 1 << 20):
+        inputs = [rank_input(r, n) for r in range(world)]
+        t = inputs[rank].cuda()
+        dist.all_reduce(t)
+        expect(f"all_reduce of {n}", t, sum(inputs))
+        out = torch.empty(world * n, device="cuda")
+        dist.all_gather_into_tensor(out, inputs[rank].cuda())
+        expect(f"all_gather of {n}", out, torch.cat(inputs))
+        big = [rank_input(r, world * n, step=1) for r in range(world)]
+        part = torch.empty(n, device="cuda")
+        dist.reduce_scatter_tensor(part, big[rank].cuda())
+        expect(f"reduce_scatter of {n}", part, sum(big)[rank * n:(rank + 1) * n])
+        b = inputs[rank].cuda()
+        dist.broadcast(b, src=world - 1)
+        expect(f"broadcast of {n}", b, inputs[world - 1])
+
+    # DDP against the CPU: every step's gradient is the mean over ranks (DDP's all-reduce).
+    model = model_for(5).cuda()
+    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[0])
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    for step in range(20):
+        x, y = batch(rank, step)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(ddp(x.cuda()), y.cuda()).backward()
+        opt.step()
+    reference = model_for(5)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.05)
+    for step in range(20):
+        ref_opt.zero_grad()
+        grads = []
+        for r in range(world):
+            reference.zero_grad()
+            x, y = batch(r, step)
+            torch.nn.functional.mse_loss(reference(x), y).backward()
+            grads.append([p.grad.clone() for p in reference.parameters()])
+        for i, p in enumerate(reference.parameters()):
+            p.grad = sum(g[i] for g in grads) / world
+        ref_opt.step()
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        if not torch.allclose(p.detach().cpu(), q.detach(), rtol=1e-4, atol=1e-5):
+            errors.append(f"rank {rank}: DDP weight {name} differs from the CPU training "
+                          f"(max |diff| {(p.detach().cpu() - q.detach()).abs().max().item():.3g})")
+
+    if bench:
+        for n in [2 ** k for k in range(1, 29, 3)]:
+            t = torch.ones(n, device="cuda")
+            for _ in range(5):
+                dist.all_reduce(t)
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            iters = 20
+            for _ in range(iters):
+                dist.all_reduce(t)
+            torch.cuda.synchronize()
+            seconds = (time.perf_counter() - start) / iters
+            busbw = 4 * n / seconds * (2 * (world - 1) / world if world > 1 else 1) / 1e9
+            if rank == 0:
+                print(f"bench world {world}: all_reduce {4 * n:>11} B  {seconds * 1e6:10.1f} us  busbw {busbw:8.2f} GB/s",
+                      flush=True)
+
+    if rank == 0:
+        print(f"rank 0 mapped: {library_in_use()}; torch.cuda.nccl.version() = {torch.cuda.nccl.version()}", flush=True)
+    dist.destroy_process_group()
+    for e in errors:
+        print("FAILED:", e, flush=True)
+    failures[rank] = len(errors)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--world", type=int, default=2, help="processes, all on GPU 0")
+    parser.add_argument("--bench", action="store_true", help="time all_reduce from 8 B to 1 GiB")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("skipped: no GPU")
+        return 77
+    failures = mp.get_context("spawn").Array("i", args.world)
+    mp.spawn(worker, args=(args.world, free_port(), args.bench, failures), nprocs=args.world, join=True)
+    total = sum(failures)
+    print("torch nccl: PASSED" if total == 0 else f"FAILED: {total} mismatches")
+    return 0 if total == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
