@@ -11,6 +11,7 @@
 
 #include "kernels/cuda_reduce.hpp"
 #include "../kernels/reference.hpp"
+#include "gpu_support.hpp"
 
 using namespace topoccl;
 using namespace topoccl::kernels;
@@ -81,13 +82,9 @@ void checkCopy(size_t bytes, size_t srcOffset, size_t dstOffset, TestRng& rng) {
 
 int main() {
   int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::printf("skipped: no GPU\n");
-    return 77;
-  }
-  const uint64_t seed = testSeed();
-  std::printf("seed %llu (TOPOCCL_TEST_SEED replays it)\n", static_cast<unsigned long long>(seed));
-  TestRng rng(seed);
+  const std::optional<uint64_t> seed = startGpuTest(&devices);
+  if (!seed) return kSkipped;
+  TestRng rng(*seed);
   size_t cases = 0;
   for (DataType type : allDataTypes()) {
     const size_t es = ReferenceType(type).size();

@@ -17,6 +17,7 @@
 #include "core/device_lowering.hpp"
 #include "kernels/cuda_plan.hpp"
 #include "../kernels/reference.hpp"
+#include "gpu_support.hpp"
 #include "../support/collective_definition.hpp"
 
 using namespace topoccl;
@@ -203,13 +204,9 @@ double runPlan(const algo::Plan& plan, size_t count, DeviceProtocol protocol, Te
 
 int main() {
   int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::printf("skipped: no GPU\n");
-    return 77;
-  }
-  const uint64_t seed = testSeed();
-  std::printf("seed %llu (TOPOCCL_TEST_SEED replays it)\n", static_cast<unsigned long long>(seed));
-  TestRng rng(seed);
+  const std::optional<uint64_t> seed = startGpuTest(&devices);
+  if (!seed) return kSkipped;
+  TestRng rng(*seed);
   size_t cases = 0;
   const algo::Collective collectives[] = {algo::Collective::AllReduce, algo::Collective::AllGather, algo::Collective::ReduceScatter,
                                           algo::Collective::Broadcast, algo::Collective::Reduce, algo::Collective::AllToAll,
