@@ -8,6 +8,7 @@
 #include <set>
 
 #include "common/error.hpp"
+#include "common/json_integer.hpp"
 #include "topology/loaders.hpp"
 
 namespace topoccl::topo {
@@ -53,6 +54,11 @@ class ClusterReader {
     if (!object.contains(key)) fail(std::string("missing '") + key + "'");
     return object.at(key);
   }
+  int integer(const json& value, const char* what) {
+    const std::optional<int> i = jsonInteger<int>(value);
+    if (!i) fail(std::string("'") + what + "' must be an integer, not " + value.dump());
+    return *i;
+  }
 
   ClusterFile build(const json& doc) {
     onlyKeys(doc, {"format", "version", "name", "hosts"});
@@ -71,7 +77,7 @@ class ClusterReader {
       ClusterHost host;
       host.name = required(entry, "name").get<std::string>();
       if (host.name.empty() || !hostNames.insert(host.name).second) fail("empty or repeated host name '" + host.name + "'");
-      host.ranks = required(entry, "ranks").get<int>();
+      host.ranks = integer(required(entry, "ranks"), "ranks");
       if (host.ranks < 1) fail("'ranks' must be >= 1, got " + std::to_string(host.ranks));
       const json& nics = required(entry, "nics");
       if (!nics.is_array() || nics.empty()) fail("'nics' must be a non-empty array");
@@ -93,10 +99,10 @@ class ClusterReader {
         nic.alphaUs = nicEntry.value("alpha_us", 0.0);
         nic.goodputGbps = nicEntry.value("goodput_gbps", 0.0);
         if (nic.alphaUs < 0 || nic.goodputGbps < 0) fail("'alpha_us' and 'goodput_gbps' must be >= 0");
-        nic.rail = nicEntry.value("rail", static_cast<int>(n));
+        nic.rail = nicEntry.contains("rail") ? integer(nicEntry.at("rail"), "rail") : static_cast<int>(n);
         if (nic.rail < 0) fail("'rail' must be >= 0");
         for (const json& r : nicEntry.value("near_ranks", json::array())) {
-          const int local = r.get<int>();
+          const int local = integer(r, "near_ranks");
           if (local < 0 || local >= host.ranks)
             fail("near_ranks holds " + std::to_string(local) + ", outside the host's ranks 0.." + std::to_string(host.ranks - 1));
           nic.nearRanks.push_back(local);

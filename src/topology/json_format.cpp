@@ -2,9 +2,13 @@
 // machines, presets and golden dumps. Unknown keys are errors, so typos do not pass silently.
 #include <nlohmann/json.hpp>
 
+#include <limits>
+#include <optional>
 #include <set>
+#include <string>
 
 #include "common/error.hpp"
+#include "common/json_integer.hpp"
 #include "topology/loaders.hpp"
 
 namespace topoccl::topo {
@@ -49,6 +53,17 @@ class JsonReader {
   // nlohmann keeps no positions, so content errors name the element instead of a line.
   [[noreturn]] void fail(const std::string& message) { throwInvalidArgument(source_ + ": " + where_ + ": " + message); }
 
+  // An optional integer field, range-checked (a float or an out-of-range number is an error naming the key).
+  template <class T>
+  T integer(const json& object, const char* key, T fallback) {
+    if (!object.contains(key)) return fallback;
+    const std::optional<T> value = jsonInteger<T>(object.at(key));
+    if (!value)
+      fail(std::string("'") + key + "' must be an integer from " + std::to_string(std::numeric_limits<T>::min()) + " to " +
+           std::to_string(std::numeric_limits<T>::max()) + ", not " + object.at(key).dump());
+    return *value;
+  }
+
   void onlyKeys(const json& object, std::initializer_list<const char*> allowed) {
     if (!object.is_object()) fail("expected an object");
     std::set<std::string> ok(allowed.begin(), allowed.end());
@@ -59,7 +74,7 @@ class JsonReader {
   Topology build(const json& doc) {
     onlyKeys(doc, {"format", "version", "name", "source", "vertices", "links"});
     if (doc.value("format", "") != kFormatTag) fail(std::string("\"format\" must be \"") + kFormatTag + "\"");
-    if (doc.value("version", 0) != 1) fail("unsupported version (expected 1)");
+    if (integer<int>(doc, "version", 0) != 1) fail("unsupported version (expected 1)");
     Topology topo;
     topo.name = doc.value("name", "");
     topo.source = source_;
@@ -75,19 +90,19 @@ class JsonReader {
       v.kind = *kind;
       v.name = jv.at("name").get<std::string>();
       if (topo.findByName(v.name)) fail("duplicate vertex name '" + v.name + "'");
-      v.host = jv.value("host", 0);
+      v.host = integer<int>(jv, "host", 0);
       v.busId = jv.value("busId", "");
-      v.pciClass = jv.value("pciClass", 0u);
-      v.pciVendor = jv.value("pciVendor", uint16_t{0});
-      v.pciDevice = jv.value("pciDevice", uint16_t{0});
-      v.numaId = jv.value("numa", -1);
+      v.pciClass = integer<uint32_t>(jv, "pciClass", 0u);
+      v.pciVendor = integer<uint16_t>(jv, "pciVendor", uint16_t{0});
+      v.pciDevice = integer<uint16_t>(jv, "pciDevice", uint16_t{0});
+      v.numaId = integer<int>(jv, "numa", -1);
       v.cpuAffinity = jv.value("affinity", "");
       v.arch = jv.value("arch", "");
       v.cpuVendor = jv.value("vendor", "");
-      v.cpuFamily = jv.value("family", 0);
-      v.cpuModel = jv.value("model", 0);
-      v.gpuIndex = jv.value("gpuIndex", -1);
-      v.sm = jv.value("sm", 0);
+      v.cpuFamily = integer<int>(jv, "family", 0);
+      v.cpuModel = integer<int>(jv, "model", 0);
+      v.gpuIndex = integer<int>(jv, "gpuIndex", -1);
+      v.sm = integer<int>(jv, "sm", 0);
       v.gpuModel = jv.value("gpuModel", "");
       v.netName = jv.value("netName", "");
       v.speedGbps = jv.value("speedGbps", 0.0);
@@ -95,7 +110,7 @@ class JsonReader {
       if (!layer) fail("unknown linkLayer");
       v.linkLayer = *layer;
       v.gpuDirect = jv.value("gpuDirect", false);
-      v.physicalSwitches = jv.value("physicalSwitches", 0);
+      v.physicalSwitches = integer<int>(jv, "physicalSwitches", 0);
       topo.addVertex(v);
     }
     index = 0;
@@ -121,8 +136,8 @@ class JsonReader {
       };
       auto [bwForward, bwBackward] = pairOf("bandwidthGBs");
       auto [latForward, latBackward] = pairOf("latencyUs");
-      Link l{.kind = *kind, .nvlinkCount = jl.value("nvlinkCount", 0), .nvlinkGeneration = jl.value("nvlinkGeneration", 0),
-             .pcieGen = jl.value("pcieGen", 0), .pcieWidth = jl.value("pcieWidth", 0)};
+      Link l{.kind = *kind, .nvlinkCount = integer<int>(jl, "nvlinkCount", 0), .nvlinkGeneration = integer<int>(jl, "nvlinkGeneration", 0),
+             .pcieGen = integer<int>(jl, "pcieGen", 0), .pcieWidth = integer<int>(jl, "pcieWidth", 0)};
       VertexId a = endpoint("from"), b = endpoint("to");
       if (a == b) fail("a link needs two different vertices");
       if (l.pcieWidth < 0 || l.pcieWidth > 32) fail("pcieWidth " + std::to_string(l.pcieWidth) + " is not a PCIe width (0..32 lanes)");

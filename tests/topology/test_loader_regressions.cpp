@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/error.hpp"
+#include "topology/cluster_file.hpp"
 #include "topology/loaders.hpp"
 
 using namespace topoccl;
@@ -160,4 +161,24 @@ TEST_CASE("regressions: a NIC whose PCI class is not a network class stays a NIC
   CHECK(again.count(VertexKind::Nic) == 1);
   CHECK(again.count(VertexKind::PciSwitch) == 0);
   CHECK(again.fingerprint() == first.fingerprint());
+}
+
+TEST_CASE("regressions: a JSON number where an integer belongs is refused, naming the key (float past int's range)",
+          "[regression]") {
+  // Fuzzer finding: "pcieWidth": 8.9e33 reached nlohmann's get<int>(), a float-to-int cast out of range (UB).
+  const std::string json = writeJson(loadPreset("dgx1"));
+  const size_t at = json.find("\"pcieWidth\": ");
+  REQUIRE(at != std::string::npos);
+  const size_t end = json.find_first_of(",\n}", at + 13);
+  for (const std::string bad : {"8.88889e+33", "16.0", "4294967296", "-99999999999"}) {
+    std::string text = json;
+    text.replace(at + 13, end - at - 13, bad);
+    const std::string message = errorOf([&] { (void)parseJson(text, "bad.json"); });
+    INFO(bad << " -> " << message);
+    CHECK_THAT(message, Catch::Contains("bad.json") && Catch::Contains("'pcieWidth' must be an integer"));
+  }
+  const std::string clusterText = R"({"format": "topoccl-cluster", "version": 1, "hosts": [
+    {"name": "h0", "ranks": 1e30, "nics": [{"name": "eth0", "address": "10.0.0.1", "gbps": 10}]}]})";
+  CHECK_THAT(errorOf([&] { (void)parseClusterFile(clusterText, "c.json"); }),
+             Catch::Contains("'ranks' must be an integer"));
 }

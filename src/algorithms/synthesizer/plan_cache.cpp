@@ -13,6 +13,7 @@
 
 #include "algorithms/msccl_xml.hpp"
 #include "common/hash.hpp"
+#include "common/json_integer.hpp"
 #include "common/log.hpp"
 #include "common/params.hpp"
 
@@ -145,12 +146,17 @@ std::optional<CachedPlan> PlanCache::load(const PlanCacheKey& key) const {
     cached.result.timeUs = j.at("time_us").get<double>();
     cached.result.strategy = j.at("strategy").get<std::string>();
     cached.result.family = j.at("family").get<std::string>();
-    cached.result.chunksPerRank = j.at("chunks_per_rank").get<uint32_t>();
-    cached.result.maxHops = j.at("max_hops").get<int>();
+    const auto chunks = jsonInteger<uint32_t>(j.at("chunks_per_rank"));
+    const auto hops = jsonInteger<int>(j.at("max_hops"));
+    const auto merges = j.contains("contiguity_merges") ? jsonInteger<int>(j.at("contiguity_merges")) : std::optional<int>(0);
+    const auto bytes = jsonInteger<uint64_t>(j.at("bytes"));
+    if (!chunks || !hops || !merges || !bytes) return corrupt("a count is not an integer in range");
+    cached.result.chunksPerRank = *chunks;
+    cached.result.maxHops = *hops;
     cached.result.seconds = j.at("synth_seconds").get<double>();
-    cached.result.contiguityMerges = j.value("contiguity_merges", 0);
+    cached.result.contiguityMerges = *merges;
     for (const json& f : j.at("families")) cached.result.families.push_back({f.at(0).get<std::string>(), f.at(1).get<double>()});
-    cached.bytes = j.at("bytes").get<uint64_t>();
+    cached.bytes = *bytes;
     cached.result.plan.topologyFingerprint = key.topologyFingerprint;
     cached.result.plan.predictedMicros = cached.result.timeUs;
     if (cached.result.plan.collective != key.collective ||
