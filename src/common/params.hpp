@@ -54,7 +54,7 @@ inline const Param<int64_t> kSliceBytes{"TOPOCCL_SLICE_BYTES", 512 << 10,
 inline const Param<int64_t> kNChannels{"TOPOCCL_NCHANNELS", 1, "Lanes per rank used by built-in ring plans"};
 inline const Param<int64_t> kSpinPolls{"TOPOCCL_SPIN_POLLS", 0,
                                        "Idle polls before the progress loop yields its core; 0 = 4096 when every rank of "
-                                       "the host has a core of its own, else 1 (ranks that share cores yield at once)"};
+                                       "the host has a core of its own, else 4 (ranks that share cores yield soon)"};
 inline const Param<int64_t> kStreamingStoresBytes{
     "TOPOCCL_STREAMING_STORES_BYTES", 0,
     "Copies write around the caches (non-temporal stores) when an operation's buffers, times the ranks on the "

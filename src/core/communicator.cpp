@@ -354,8 +354,10 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
     const int cores = affinity == 1 ? static_cast<int>(localRanks) : std::max<int>(1, affinity);
     const int64_t configured = params::kSpinPolls.get();
     if (configured < 0) throwInvalidArgument(std::string(params::kSpinPolls.name()) + "=" + std::to_string(configured) + " must be >= 0");
+    // Sharing cores: a few polls catch a peer that is about to answer without a trip through the scheduler
+    // (4 ranks on 2 cores, 8 B-4 KiB: 4 polls as fast as 1 or up to 30% faster; 16 and more slower).
     spinsBeforeYield_ = configured > 0 ? static_cast<unsigned>(std::min<int64_t>(configured, 1 << 30))
-                                       : (localRanks <= static_cast<size_t>(cores) ? 4096 : 1);
+                                       : (localRanks <= static_cast<size_t>(cores) ? 4096 : 4);
     machineRanks_ = std::max<size_t>(1, localRanks);
   }
   // Streaming stores pay once the buffers of every rank on this machine are past its last-level cache:
