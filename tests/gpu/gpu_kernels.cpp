@@ -19,18 +19,6 @@ using namespace topoccl::kernels::test;
 
 namespace {
 
-int failures = 0;
-
-void fail(const std::string& what) {
-  std::printf("FAILED: %s\n", what.c_str());
-  ++failures;
-}
-
-bool ok(cudaError_t status, const char* what) {
-  if (status == cudaSuccess) return true;
-  fail(std::string(what) + ": " + cudaGetErrorString(status));
-  return false;
-}
 
 // A device allocation with room to place data at any offset below 16 bytes.
 struct DeviceBuffer {

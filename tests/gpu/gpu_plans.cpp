@@ -26,18 +26,6 @@ using namespace topoccl::kernels::test;
 
 namespace {
 
-int failures = 0;
-
-void fail(const std::string& what) {
-  std::printf("FAILED: %s\n", what.c_str());
-  ++failures;
-}
-
-bool ok(cudaError_t status, const std::string& what) {
-  if (status == cudaSuccess) return true;
-  fail(what + ": " + cudaGetErrorString(status));
-  return false;
-}
 
 void* deviceAlloc(size_t bytes) {
   void* p = nullptr;

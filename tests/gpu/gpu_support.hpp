@@ -6,10 +6,26 @@
 
 #include <cstdio>
 #include <optional>
+#include <string>
 
 #include "../kernels/reference.hpp"
 
 namespace topoccl::kernels::test {
+
+// Failures are counted and printed as "FAILED: ..." (ctest's FAIL_REGULAR_EXPRESSION); the program's exit code
+// comes from `failures`.
+inline int failures = 0;
+
+inline void fail(const std::string& what) {
+  std::printf("FAILED: %s\n", what.c_str());
+  ++failures;
+}
+
+inline bool ok(cudaError_t status, const std::string& what) {
+  if (status == cudaSuccess) return true;
+  fail(what + ": " + cudaGetErrorString(status));
+  return false;
+}
 
 // The run's seed, or nothing when this machine has no usable GPU (the caller returns kSkipped).
 inline constexpr int kSkipped = 77;
