@@ -59,6 +59,9 @@ inline const Param<int64_t> kStreamingStoresBytes{
     "TOPOCCL_STREAMING_STORES_BYTES", 0,
     "Copies write around the caches (non-temporal stores) when an operation's buffers, times the ranks on the "
     "machine, reach this many bytes; 0: 1.5 x the last-level cache; negative: never"};
+inline const Param<bool> kBulkCopy{"TOPOCCL_BULK_COPY", true,
+                                  "Copies inside the caches use the CPU's string copy (x86-64 rep movsb, on CPUs with ERMS) "
+                                  "from 4 KiB, instead of memcpy"};
 inline const Param<bool> kCommBlocking{"NCCL_COMM_BLOCKING", true, "Overrides ncclConfig_t.blocking"};
 
 // The GPU path (collectives on GPU buffers, CUDA builds).

@@ -202,6 +202,17 @@ bool isInPlace(const CollectiveArgs& a, int rank, size_t elem) {
   }
 }
 
+// The bytes this rank reads and the bytes it writes do not overlap (a rank that reads or writes nothing counts as
+// disjoint).
+bool buffersDisjoint(const CollectiveArgs& a, uint32_t inBlocks, uint32_t outBlocks, size_t elem) {
+  const auto send = reinterpret_cast<uintptr_t>(a.send);
+  const auto recv = reinterpret_cast<uintptr_t>(a.recv);
+  const size_t inBytes = static_cast<size_t>(inBlocks) * a.count * elem;
+  const size_t outBytes = static_cast<size_t>(outBlocks) * a.count * elem;
+  if (inBytes == 0 || outBytes == 0) return true;
+  return send + inBytes <= recv || recv + outBytes <= send;
+}
+
 size_t selectionBytes(const CollectiveArgs& a, int nranks, size_t elem) {
   switch (a.collective) {
     case algo::Collective::AllGather:
@@ -368,6 +379,7 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
   else if (streaming < 0) streamingThreshold_ = UINT64_MAX;
   else if (const size_t cache = kernels::lastLevelCacheBytes(); cache > 0) streamingThreshold_ = 3 * static_cast<uint64_t>(cache) / 2;
   else streamingThreshold_ = 48ull << 20;
+  bulkCopy_ = params::kBulkCopy.get() && kernels::bulkCopyUsesStringCopy();
   if (log::enabled(log::Level::Info, log::kInit)) {
     std::ostringstream routes;
     for (int r = 0; r < nranks_; ++r)
@@ -376,9 +388,9 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
         streamingThreshold_ == UINT64_MAX ? std::string("never") : std::to_string(streamingThreshold_ >> 20) + " MiB";
     TOPOCCL_INFO(log::kInit,
                  "comm %s rank %d nranks %d hosts %d slice %zu B (>= %zu a step) channels %d spin %u polls; streaming "
-                 "stores from %s (x %zu ranks); peers via%s",
+                 "stores from %s (x %zu ranks), below that %s; peers via%s",
                  options_.name.c_str(), rank_, nranks_, locality_->nhosts(), sliceBytes_, slicesPerStep_, nchannels_, spinsBeforeYield_,
-                 streamingFrom.c_str(), machineRanks_, routes.str().c_str());
+                 streamingFrom.c_str(), machineRanks_, bulkCopy_ ? "rep movsb" : "memcpy", routes.str().c_str());
     TOPOCCL_INFO(log::kTuning, "selection table:\n%s", selection_->describe().c_str());
   }
   engine_ = std::thread([this] { progressLoop(); });
@@ -484,20 +496,23 @@ bool Communicator::evenHosts() const {
 }
 
 // A built-in generator's plan; the hierarchical one takes this job's hosts and (near mode) shard weights.
-algo::Plan Communicator::buildPlan(algo::Algorithm algorithm, algo::Collective collective, int root) const {
-  if (algorithm != algo::Algorithm::Hierarchical) return algo::makePlan(algorithm, collective, nranks_, root, nchannels_);
+algo::Plan Communicator::buildPlan(algo::Algorithm algorithm, algo::Collective collective, int root,
+                                   algo::Placement placement) const {
+  if (algorithm != algo::Algorithm::Hierarchical) return algo::makePlan(algorithm, collective, nranks_, root, nchannels_, placement);
   std::vector<int> hostOfRank(static_cast<size_t>(nranks_));
   for (int r = 0; r < nranks_; ++r) hostOfRank[static_cast<size_t>(r)] = locality_->hostIndex(r);
-  return algo::hierarchicalPlan(collective, hostOfRank, nchannels_, algo::Placement::Any, shardWeights_);
+  return algo::hierarchicalPlan(collective, hostOfRank, nchannels_, placement, shardWeights_);
 }
 
-const algo::Plan& Communicator::planFor(algo::Algorithm algorithm, algo::Collective collective, int root) {
-  auto& slot = plans_[{static_cast<int>(algorithm), static_cast<int>(collective), root}];
+const algo::Plan& Communicator::planFor(algo::Algorithm algorithm, algo::Collective collective, int root,
+                                        algo::Placement placement) {
+  auto& slot = plans_[{static_cast<int>(algorithm), static_cast<int>(collective), root, static_cast<int>(placement)}];
   if (!slot) {
-    auto plan = std::make_unique<algo::Plan>(buildPlan(algorithm, collective, root));
+    auto plan = std::make_unique<algo::Plan>(buildPlan(algorithm, collective, root, placement));
     algo::validateOrThrow(*plan);
-    TOPOCCL_INFO(log::kColl, "plan %s for %s root %d: %zu lanes on rank %d", plan->name.c_str(),
-                 algo::collectiveName(collective), root, plan->ranks[rank_].lanes.size(), rank_);
+    TOPOCCL_INFO(log::kColl, "plan %s for %s root %d%s: %zu lanes on rank %d", plan->name.c_str(),
+                 algo::collectiveName(collective), root, placement == algo::Placement::OutOfPlace ? " (out of place)" : "",
+                 plan->ranks[rank_].lanes.size(), rank_);
     slot = std::move(plan);
   }
   return *slot;
@@ -765,7 +780,16 @@ Communicator::SelectedPlan Communicator::selectPlan(const CollectiveArgs& args) 
   // (NCCL requires every rank to call in place or none), so every rank picks the same plan.
   const size_t callBytes = selectionBytes(args, nranks_, elem);
   const algo::Plan* fromFile = planFileFor(args, callBytes, selected.inPlace);
-  selected.plan = fromFile ? fromFile : &planFor(chooseAlgorithm(args.collective, callBytes), args.collective, args.root);
+  if (fromFile) {
+    selected.plan = fromFile;
+    return selected;
+  }
+  // Buffers that cannot alias get the out-of-place variant, which skips the staging through scratch that
+  // in-place calls need (2-rank all-to-all: a third fewer bytes copied). A rank whose buffers partly overlap
+  // keeps the variant for either; the variants send the same messages, so ranks may differ in this.
+  const bool disjoint = !selected.inPlace && buffersDisjoint(args, inBlocks, outBlocks, elem);
+  const algo::Placement placement = disjoint ? algo::Placement::OutOfPlace : algo::Placement::Any;
+  selected.plan = &planFor(chooseAlgorithm(args.collective, callBytes), args.collective, args.root, placement);
   return selected;
 }
 
@@ -889,7 +913,8 @@ std::unique_ptr<Execution> Communicator::buildCollective(const CollectiveArgs& a
   auto execution = std::make_unique<Execution>(std::move(name), std::move(lanes), reduce, elem, sliceBytes_, &staging_, slicesPerStep_);
   // Not where ranks reduce: there the copies are the all-gather half, and the reduced chunks they copy are
   // still in cache (2-rank all-reduce at 32-256 MiB took 1.04-1.15x longer with them).
-  execution->setStreamingStores(reduce == nullptr && footprint >= streamingThreshold_);
+  if (reduce == nullptr && footprint >= streamingThreshold_) execution->setCopy(&kernels::streamingCopy);
+  else if (bulkCopy_) execution->setCopy(&kernels::bulkCopy);
   return execution;
 }
 

@@ -114,6 +114,14 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // ncclCommSplit: collective over this communicator. Returns null for NCCL_SPLIT_NOCOLOR.
   std::shared_ptr<Communicator> split(int color, int key, CommOptions options);
 
+  // Host memory the executor holds for its own buffers (scratch, staging, prescaled inputs), in bytes. It
+  // grows to the largest call that needed it; calls whose buffers do not overlap need no scratch.
+  struct HostMemory {
+    size_t scratch = 0;
+    size_t staging = 0;
+    size_t prescaled = 0;
+  };
+  HostMemory hostMemory() const { return {scratch_.size(), staging_.size(), prescaled_.size()}; }
   // Which algorithm the selection table picks (for logs, tools and tests); a plan file's name when
   // one of MSCCL_XML_FILES covers the call.
   std::string chosenAlgorithm(algo::Collective collective, size_t bytes, bool inPlace = false) const;
@@ -149,9 +157,10 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   void modelSelection();
   std::string shareFromRankZero(int tag, std::string bytes);
   bool evenHosts() const;  // every host holds the same number of ranks (the hierarchical plan needs it)
-  algo::Plan buildPlan(algo::Algorithm algorithm, algo::Collective collective, int root) const;
+  algo::Plan buildPlan(algo::Algorithm algorithm, algo::Collective collective, int root,
+                       algo::Placement placement = algo::Placement::Any) const;
   algo::Algorithm chooseAlgorithm(algo::Collective collective, size_t bytes) const;
-  const algo::Plan& planFor(algo::Algorithm algorithm, algo::Collective collective, int root);
+  const algo::Plan& planFor(algo::Algorithm algorithm, algo::Collective collective, int root, algo::Placement placement);
   void loadPlanFiles();
   void synthesizePlans();  // TOPOCCL_SYNTHESIZE: appends to planFiles_ after the files
   const algo::Plan* planFileFor(const CollectiveArgs& args, size_t bytes, bool inPlace) const;
@@ -189,7 +198,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::unique_ptr<transport::Transport> socketTransport_;
   std::map<std::pair<int, int>, std::unique_ptr<transport::Connection>> connections_;
   std::set<transport::Transport*> usedTransports_;
-  std::map<std::tuple<int, int, int>, std::unique_ptr<algo::Plan>> plans_;
+  std::map<std::tuple<int, int, int, int>, std::unique_ptr<algo::Plan>> plans_;  // algorithm, collective, root, placement
   std::vector<algo::Plan> planFiles_;  // MSCCL_XML_FILES for this rank count, validated, in file order; then
                                        // TOPOCCL_SYNTHESIZE's plans
   HostArena scratch_;
@@ -203,6 +212,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   unsigned spinsBeforeYield_ = 1;
   size_t machineRanks_ = 1;                  // ranks of this communicator sharing this machine's cores and caches
   uint64_t streamingThreshold_ = UINT64_MAX;  // footprint from which copies use streaming stores
+  bool bulkCopy_ = false;                     // below it, kernels::bulkCopy (TOPOCCL_BULK_COPY and the CPU has it)
 
   mutable std::mutex queueMutex_;
   std::condition_variable queueChanged_;  // the engine waits here for work or stop

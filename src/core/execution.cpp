@@ -122,7 +122,7 @@ bool Execution::pumpReceives(size_t laneIndex) {
     const size_t length = sliceLength(state, step, state.slicesPosted);
     transport::RecvAction action;
     action.elementSize = elementSize_;
-    if (streamingStores_) action.copy = &kernels::streamingCopy;
+    action.copy = copy_;
     if (step.kind == StepKind::RecvReduceSend) {
       action.dst = stagingOf_[laneIndex][state.step] + offset;
     } else {
@@ -172,7 +172,7 @@ bool Execution::advanceLane(size_t laneIndex) {
         if (step.bytes > 0 && step.src != step.dst) {
           if (writeHazard(step.dst, step.dst + step.bytes)) return false;
           const bool disjoint = step.dst + step.bytes <= step.src || step.src + step.bytes <= step.dst;
-          if (streamingStores_ && disjoint) kernels::streamingCopy(step.dst, step.src, step.bytes);
+          if (copy_ && disjoint) copy_(step.dst, step.src, step.bytes);
           else std::memmove(step.dst, step.src, step.bytes);
         }
         break;

@@ -55,9 +55,9 @@ class Execution {
   bool progress();
   // Back to the start for another run of the same steps (same buffers): no allocation.
   void reset();
-  // The operation's buffers exceed the caches: plain copies and receives write around them
-  // (kernels::streamingCopy). Off by default.
-  void setStreamingStores(bool on) { streamingStores_ = on; }
+  // How plain copies and receives move bytes whose buffers do not overlap (kernels::streamingCopy past the
+  // caches, kernels::bulkCopy inside them); null, the default: memcpy.
+  void setCopy(transport::CopyFn copy) { copy_ = copy; }
   bool movedLastTime() const { return moved_; }
   bool finished() const { return finished_; }
   const std::string& operation() const { return operation_; }
@@ -113,7 +113,7 @@ class Execution {
   size_t elementSize_;
   size_t sliceBytes_;
   size_t slicesPerStep_;
-  bool streamingStores_ = false;
+  transport::CopyFn copy_ = nullptr;
   bool moved_ = false;
   bool sendsToFlush_ = false;  // posted since the transports last progressed
   bool finished_ = false;

@@ -9,6 +9,7 @@
 #include <string>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <emmintrin.h>
 #endif
 
@@ -41,6 +42,29 @@ void streamingCopy(void* dst, const void* src, size_t bytes) {
 #else
   std::memcpy(dst, src, bytes);
 #endif
+}
+
+bool bulkCopyUsesStringCopy() {
+#if defined(__x86_64__)
+  static const bool erms = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+    return (ebx & (1u << 9)) != 0;  // CPUID.(EAX=7,ECX=0):EBX bit 9, enhanced REP MOVSB/STOSB
+  }();
+  return erms;
+#else
+  return false;
+#endif
+}
+
+void bulkCopy(void* dst, const void* src, size_t bytes) {
+#if defined(__x86_64__)
+  if (bytes >= kBulkCopyMinBytes && bulkCopyUsesStringCopy()) {
+    asm volatile("rep movsb" : "+D"(dst), "+S"(src), "+c"(bytes) : : "memory");
+    return;
+  }
+#endif
+  std::memcpy(dst, src, bytes);
 }
 
 size_t lastLevelCacheBytes() {

@@ -13,6 +13,16 @@ namespace topoccl::kernels {
 // flag published afterwards orders after the data as with memcpy.
 void streamingCopy(void* dst, const void* src, size_t bytes);
 
+// memcpy's contract, for copies inside the caches. Where the CPU has fast string copies (x86-64 ERMS), copies
+// of at least kBulkCopyMinBytes are one `rep movsb`, which writes whole lines without first reading them: 3x
+// faster than glibc's vector loop when another core holds the destination lines (an in-place all-to-all
+// overwriting what a peer just read), and equal or faster elsewhere (perf/RESULTS.md). glibc itself stops
+// using it above a size tied to the caches. Elsewhere plain memcpy.
+void bulkCopy(void* dst, const void* src, size_t bytes);
+inline constexpr size_t kBulkCopyMinBytes = 4096;
+// Whether bulkCopy differs from memcpy on this CPU.
+bool bulkCopyUsesStringCopy();
+
 // The last-level cache of this machine in bytes (sysfs, then sysconf), 0 when unknown.
 size_t lastLevelCacheBytes();
 

@@ -76,3 +76,7 @@ TEST_CASE("every collective with streaming stores forced (TOPOCCL_STREAMING_STOR
 TEST_CASE("every collective with streaming stores forced (TOPOCCL_STREAMING_STORES_BYTES=1) on shm processes with 3 ranks") {
   runMatrix(RankMode::ProcessesShm, 3, false, {{"TOPOCCL_STREAMING_STORES_BYTES", "1"}});
 }
+// Plain memcpy where the CPU would use its string copy (the default on x86-64 with ERMS), so both paths run.
+TEST_CASE("every collective with the string copy off (TOPOCCL_BULK_COPY=0) on shm processes with 2 ranks") {
+  runMatrix(RankMode::ProcessesShm, 2, false, {{"TOPOCCL_BULK_COPY", "0"}});
+}

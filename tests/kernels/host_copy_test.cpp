@@ -1,6 +1,6 @@
-// streamingCopy against the source bytes it copies: fresh random data, lengths around the 16-byte
-// store and 64-byte round boundaries (and a prime above a MiB), every source and destination
-// offset modulo 16, and guard bytes on both sides of the destination.
+// streamingCopy and bulkCopy against the source bytes they copy: fresh random data, lengths around the
+// 16-byte store, 64-byte round and 4 KiB string-copy boundaries (and a prime above a MiB), every source and
+// destination offset modulo 16, and guard bytes on both sides of the destination.
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <random>
@@ -9,15 +9,17 @@
 #include "kernels/host_copy.hpp"
 #include "reference.hpp"
 
-using topoccl::kernels::streamingCopy;
+namespace {
 
-TEST_CASE("streamingCopy copies every byte at every alignment and length, and nothing outside") {
+using CopyFn = void (*)(void*, const void*, size_t);
+
+void checkCopy(CopyFn copy) {
   const uint64_t seed = topoccl::kernels::test::testSeed();
   INFO("seed " << seed);
   std::mt19937_64 random(seed);
   constexpr unsigned char kGuard = 0x5a;
   constexpr size_t kSlack = 64;
-  const size_t lengths[] = {0, 1, 2, 15, 16, 17, 31, 47, 63, 64, 65, 127, 128, 129, 191, 4099, 65537, 1048583};
+  const size_t lengths[] = {0, 1, 2, 15, 16, 17, 31, 47, 63, 64, 65, 127, 128, 129, 191, 4095, 4096, 4099, 65537, 1048583};
   for (size_t length : lengths) {
     std::vector<unsigned char> source(length + 2 * kSlack);
     for (auto& byte : source) byte = static_cast<unsigned char>(random());
@@ -27,7 +29,7 @@ TEST_CASE("streamingCopy copies every byte at every alignment and length, and no
         std::fill(target.begin(), target.end(), kGuard);
         unsigned char* dst = target.data() + kSlack + dstOffset;
         const unsigned char* src = source.data() + kSlack + srcOffset;
-        streamingCopy(dst, src, length);
+        copy(dst, src, length);
         INFO("length " << length << ", source offset " << srcOffset << ", destination offset " << dstOffset);
         REQUIRE(std::equal(src, src + length, dst));
         for (unsigned char* p = target.data(); p < dst; ++p) REQUIRE(*p == kGuard);
@@ -35,4 +37,15 @@ TEST_CASE("streamingCopy copies every byte at every alignment and length, and no
       }
     }
   }
+}
+
+}  // namespace
+
+TEST_CASE("streamingCopy copies every byte at every alignment and length, and nothing outside") {
+  checkCopy(&topoccl::kernels::streamingCopy);
+}
+
+TEST_CASE("bulkCopy copies every byte at every alignment and length, and nothing outside") {
+  INFO("string copy on this CPU: " << topoccl::kernels::bulkCopyUsesStringCopy());
+  checkCopy(&topoccl::kernels::bulkCopy);
 }
