@@ -202,6 +202,14 @@ bool isInPlace(const CollectiveArgs& a, int rank, size_t elem) {
   }
 }
 
+// Everything a collective's execution depends on: buffers, count, type, operator (a scalar operand's value
+// or pointer too), root.
+bool sameCall(const CollectiveArgs& a, const CollectiveArgs& b) {
+  return a.collective == b.collective && a.send == b.send && a.recv == b.recv && a.count == b.count && a.type == b.type &&
+         a.root == b.root && a.reduce.op == b.reduce.op && a.reduce.scalarType == b.reduce.scalarType &&
+         a.reduce.scalarPointer == b.reduce.scalarPointer && std::memcmp(a.reduce.scalar, b.reduce.scalar, sizeof(a.reduce.scalar)) == 0;
+}
+
 // The bytes this rank reads and the bytes it writes do not overlap (a rank that reads or writes nothing counts as
 // disjoint).
 bool buffersDisjoint(const CollectiveArgs& a, uint32_t inBlocks, uint32_t outBlocks, size_t elem) {
@@ -824,6 +832,17 @@ std::unique_ptr<Execution> Communicator::buildCollective(const CollectiveArgs& a
                                                          std::vector<std::function<void()>>& after) {
   const size_t elem = dataTypeSize(args.type);
   if (args.count == 0) return nullptr;
+  // The same call as the last one, which needed no per-call work (no prescaling, nothing to run after): its
+  // execution again, without selecting and resolving the plan (the training loop's and the benchmark's case).
+  if (spareExecution_ && spareCallReusable_ && sameCall(args, spareCall_)) {
+    std::unique_ptr<Execution> again = std::move(spareExecution_);
+    again->reset();
+    builtFromSpareCall_ = true;  // spareKey_ and spareCall_ still describe it
+    return again;
+  }
+  builtFromSpareCall_ = false;
+  builtCallReusable_ = false;  // until this call proves it needs no per-call work
+  spareCallReusable_ = false;  // this call may grow the arenas the spare points into (the key check below still applies)
   const uint32_t inBlocks = algo::inputBlocks(args.collective, nranks_, rank_, args.root);
   const uint32_t outBlocks = algo::outputBlocks(args.collective, nranks_, rank_, args.root);
   const char* input = static_cast<const char*>(args.send);
@@ -879,6 +898,8 @@ std::unique_ptr<Execution> Communicator::buildCollective(const CollectiveArgs& a
 
   const ExecutionKey key{&plan, input, output, scratch, args.count, elem, reduce};
   builtKey_ = key;
+  builtCall_ = args;
+  builtCallReusable_ = !needsCopy && after.empty();
   if (spareExecution_ && spareKey_ == key) {
     std::unique_ptr<Execution> again = std::move(spareExecution_);
     again->reset();
@@ -1002,7 +1023,11 @@ void Communicator::runGroup(std::vector<Operation>& operations) {
     }
     if (current && current->progress()) {
       spareExecution_ = std::move(current);  // buildCollective may reuse it for the next identical call
-      spareKey_ = builtKey_;
+      if (!builtFromSpareCall_) {
+        spareKey_ = builtKey_;
+        spareCall_ = builtCall_;
+        spareCallReusable_ = builtCallReusable_;
+      }
       runAfter();
       moved = true;
     } else if (current) {

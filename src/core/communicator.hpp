@@ -248,6 +248,11 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   };
   std::unique_ptr<Execution> spareExecution_;
   ExecutionKey spareKey_, builtKey_;
+  // The call the spare execution ran, and whether it needed no per-call work (then the same call reuses it
+  // before selecting a plan). Any other call clears the spare's arenas' claim: it may grow them.
+  CollectiveArgs spareCall_, builtCall_;
+  bool spareCallReusable_ = false, builtCallReusable_ = false;
+  bool builtFromSpareCall_ = false;  // the execution being run is the spare, reused by the same call
 };
 
 }  // namespace topoccl::core

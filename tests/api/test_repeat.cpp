@@ -56,3 +56,64 @@ TEST_CASE("repeated and alternating all-reduces reuse executions and stay correc
   }
   for (auto* c : comms) CHECK(ncclCommDestroy(c) == ncclSuccess);
 }
+
+// The same call again skips plan selection and reuses its execution outright, unless the last call needed
+// per-call work. In-place all-to-all (it stages through scratch) repeated, then a larger one that regrows the
+// scratch under the cached execution, then the small one again; all-reduces whose operator carries a per-call
+// scalar (PreMulSum, which prescales the input each call) or a final division (Avg), repeated on the same buffers.
+TEST_CASE("the same call reuses its execution; scratch regrowth and per-call scalars stay correct (3 thread ranks)") {
+  constexpr int kRanks = 3;
+  const uint32_t seed = std::random_device{}();
+  WARN("repeat test seed " << seed);
+  ncclComm_t comms[kRanks];
+  REQUIRE(ncclCommInitAll(comms, kRanks, nullptr) == ncclSuccess);
+  const size_t small = 257, large = 100003;  // elements per block
+  long long wrong[kRanks] = {};
+  auto value = [&](int rank, size_t i, int round) {
+    return static_cast<int32_t>((i * 2654435761u + static_cast<uint32_t>(round) * 97u + static_cast<uint32_t>(rank) * 31u + seed) % 1000);
+  };
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      std::vector<int32_t> buffer(large * kRanks);
+      const size_t counts[] = {small, small, small, large, small, small};
+      for (int round = 0; round < 6; ++round) {
+        const size_t count = counts[round];
+        for (size_t i = 0; i < count * kRanks; ++i) buffer[i] = value(r, i, round);
+        if (ncclAlltoAll(buffer.data(), buffer.data(), count, ncclInt32, comms[r], nullptr) != ncclSuccess) {
+          wrong[r] += 1000000;
+          return;
+        }
+        // Block q of rank r's output is block r of rank q's input.
+        for (int q = 0; q < kRanks; ++q)
+          for (size_t i = 0; i < count; ++i) wrong[r] += buffer[q * count + i] != value(q, r * count + i, round);
+      }
+      std::vector<int32_t> in(small), out(small);
+      for (int round = 0; round < 6; ++round) {
+        for (size_t i = 0; i < small; ++i) in[i] = value(r, i, round);
+        // Avg twice, PreMulSum by 2, by 3 twice (the same call, but its input is prescaled per call), Avg.
+        const int32_t scalar = round == 2 ? 2 : 3;
+        ncclRedOp_t op = ncclAvg;
+        const bool premul = round >= 2 && round <= 4;
+        if (premul && ncclRedOpCreatePreMulSum(&op, const_cast<int32_t*>(&scalar), ncclInt32, ncclScalarHostImmediate, comms[r]) != ncclSuccess) {
+          wrong[r] += 1000000;
+          return;
+        }
+        if (ncclAllReduce(in.data(), out.data(), small, ncclInt32, op, comms[r], nullptr) != ncclSuccess) wrong[r] += 1000000;
+        if (premul) ncclRedOpDestroy(op, comms[r]);
+        for (size_t i = 0; i < small; ++i) {
+          int64_t sum = 0;
+          for (int q = 0; q < kRanks; ++q) sum += value(q, i, round);
+          const int64_t want = premul ? sum * scalar : sum / kRanks;
+          wrong[r] += out[i] != want;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kRanks; ++r) {
+    INFO("rank " << r);
+    CHECK(wrong[r] == 0);
+  }
+  for (auto* c : comms) CHECK(ncclCommDestroy(c) == ncclSuccess);
+}
