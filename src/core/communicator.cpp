@@ -1109,7 +1109,20 @@ ncclResult_t Communicator::execute(std::vector<Operation>& operations, std::stri
 }
 
 void Communicator::releaseEngine(bool queuedJob) {
-  if (queuedJob) pending_.fetch_sub(1, std::memory_order_seq_cst);
+  if (!queuedJob) {
+    // An inline call: no fence (a seq_cst store drains the store buffer, which then waits for the peer's
+    // cache lines: 4-rank broadcasts took 1.25x longer). Only the thread that issues operations queues jobs
+    // (NCCL allows one at a time per communicator), so none was queued during this call; a finalize() on
+    // another thread rechecks every millisecond.
+    busy_.store(false, std::memory_order_release);
+    if (stopping_.load(std::memory_order_relaxed) || idleWaiters_.load(std::memory_order_relaxed) > 0) {
+      { std::lock_guard lock(queueMutex_); }
+      queueChanged_.notify_all();
+      idle_.notify_all();
+    }
+    return;
+  }
+  pending_.fetch_sub(1, std::memory_order_seq_cst);
   busy_.store(false, std::memory_order_seq_cst);
   // Dekker with submit()/finalize(): they publish before they look at busy_/pending_, we after.
   const bool wakeEngine = queued_.load(std::memory_order_seq_cst) > 0 || stopping_.load(std::memory_order_seq_cst);
@@ -1148,9 +1161,12 @@ ncclResult_t Communicator::run(std::vector<Operation>& operations, std::string& 
     message = "communicator is being destroyed or was aborted";
     return ncclInvalidUsage;
   }
-  // Idle engine and nothing queued: run here, saving two thread hand-offs per call.
-  bool idle = false;
-  if (queued_.load(std::memory_order_seq_cst) == 0 && busy_.compare_exchange_strong(idle, true, std::memory_order_seq_cst)) {
+  // Idle engine and nothing queued: run here, saving two thread hand-offs per call. The engine only runs jobs
+  // this thread queued (one thread issues operations at a time, NCCL's rule): once it took the last one
+  // (queued_ 0) and released it (busy_ false), it cannot claim again before our next submit(), so plain
+  // loads and a store claim it, without a locked instruction.
+  if (queued_.load(std::memory_order_acquire) == 0 && !busy_.load(std::memory_order_acquire)) {
+    busy_.store(true, std::memory_order_relaxed);
     log::setThreadRank(rank_);
     const ncclResult_t code = execute(operations, message);
     releaseEngine(false);
@@ -1190,9 +1206,11 @@ void Communicator::finalize() {
   idleWaiters_.fetch_add(1, std::memory_order_seq_cst);
   {
     std::unique_lock lock(queueMutex_);
-    idle_.wait(lock, [&] {
+    // Timed: an inline call's release does not fence, so it may miss a waiter that arrived meanwhile.
+    while (!idle_.wait_for(lock, std::chrono::milliseconds(1), [&] {
       return pending_.load(std::memory_order_seq_cst) == 0 && !busy_.load(std::memory_order_seq_cst);
-    });
+    })) {
+    }
   }
   idleWaiters_.fetch_sub(1, std::memory_order_seq_cst);
 }
