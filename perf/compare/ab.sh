@@ -3,15 +3,20 @@
 #   perf/compare/ab.sh NP COLL "BENCH_ARGS" REPEAT "ENV_A" "ENV_B"
 #   perf/compare/ab.sh 4 all_reduce "-b 8 -e 64K -f 8 -n 100 -w 20 -c 1" 3 \
 #       "NCCL_ALGO=allreduce:rd" "NCCL_ALGO=allreduce:direct"
-# ENV_A / ENV_B: space-separated NAME=VALUE settings passed to every rank (-x). BUILD [build]: the build dir.
+# ENV_A / ENV_B: space-separated NAME=VALUE settings passed to every rank (-x). BUILD [build]: the build dir;
+# BUILD_B [BUILD]: B's build dir, to compare two builds (say, a worktree of the last commit) under the same settings.
 # Prints, per size, the out-of-place time and busbw of A and B (medians over REPEAT runs) and B/A.
 set -euo pipefail
-if [ $# -ne 6 ]; then sed -n '2,7p' "$0" >&2; exit 2; fi
+if [ $# -ne 6 ]; then sed -n '2,8p' "$0" >&2; exit 2; fi
 # shellcheck disable=SC2034  # ENV_A and ENV_B are read through ${!settings}
 NP=$1 COLL=$2 ARGS=$3 REPEAT=$4 ENV_A=$5 ENV_B=$6
 BUILD=${BUILD:-build}
-bench="$BUILD/perf/${COLL}_perf"
-[ -x "$bench" ] || { echo "ab.sh: $bench missing (cmake --build $BUILD)" >&2; exit 1; }
+BUILD_B=${BUILD_B:-$BUILD}
+# shellcheck disable=SC2034  # BENCH_A and BENCH_B are read through ${!bench}
+BENCH_A="$BUILD/perf/${COLL}_perf" BENCH_B="$BUILD_B/perf/${COLL}_perf"
+for b in "$BENCH_A" "$BENCH_B"; do
+  [ -x "$b" ] || { echo "ab.sh: $b missing (cmake --build ${b%/perf/*})" >&2; exit 1; }
+done
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for ((r = 1; r <= REPEAT; r++)); do
@@ -19,10 +24,11 @@ for ((r = 1; r <= REPEAT; r++)); do
   if ((r % 2 == 0)); then order="B A"; fi  # alternate, so that neither setting always runs first
   for v in $order; do
     settings=ENV_$v
+    bench=BENCH_$v
     flags=()
     for e in ${!settings}; do flags+=(-x "$e"); done
     # shellcheck disable=SC2086  # ARGS is a list of flags
-    mpirun --allow-run-as-root --oversubscribe -np "$NP" "${flags[@]}" "$bench" $ARGS 2>&1 |
+    mpirun --allow-run-as-root --oversubscribe -np "$NP" "${flags[@]}" "${!bench}" $ARGS 2>&1 |
       awk -v v="$v" '/^ +[0-9]/ {print v, $1, $6, $8}' >>"$out"
   done
   echo "ab.sh: repeat $r/$REPEAT done" >&2
