@@ -279,6 +279,71 @@ Plan recursiveDoublingAllReduce(int n, Placement placement) {
   return b.finish(stagedSomewhere || !needsStaging, true);
 }
 
+// ---- halving-doubling (Rabenseifner) ------------------------------------------------------------
+
+// The block is cut into `core` parts (core = the largest power of two <= n). Reduce-scatter by recursive
+// halving: in round d a rank trades half of the parts it still reduces with the rank 2^(rounds-1-d) away,
+// keeping the half its own bit selects, so it ends with part r summed. All-gather by recursive doubling
+// retraces the rounds nearest first, each rank sending all it has. A rank talks to each partner on one
+// lane (both phases), so every connection carries its messages in one order. Ranks r >= core fold their
+// input into r - core first and get the result back at the end, as in recursive doubling.
+// In place, no round writes what a partner may still be reading except the all-gather's receives, which
+// wait for the reduce-scatter sends of the same parts (the executor's write-after-read tracking).
+Plan halvingDoublingAllReduce(int n) {
+  const int core = static_cast<int>(std::bit_floor(static_cast<unsigned>(n)));
+  const int rounds = std::countr_zero(static_cast<unsigned>(core));
+  const auto parts = static_cast<uint32_t>(core);
+  PlanBuilder b(Algorithm::HalvingDoubling, Collective::AllReduce, n, -1, parts);
+  for (int r = 0; r < n; ++r) {
+    if (r >= core) {
+      const uint16_t lane = b.addLane(r, r - core, r - core);
+      b.add(r, lane, send(input(0, parts)));
+      b.add(r, lane, recv(output(0, parts)));
+      continue;
+    }
+    const int extra = r + core;
+    const bool folded = extra < n;
+    std::optional<StepRef> ready;  // the step that produced what the next round reads
+    BufferId current = BufferId::Input;
+    uint16_t foldLane = 0;
+    if (folded) {
+      foldLane = b.addLane(r, extra, extra);
+      ready = b.add(r, foldLane, recvReduceCopy(input(0, parts), scratch(0, parts)));
+      b.useScratch(parts);
+      current = BufferId::Scratch;
+    }
+    std::vector<uint16_t> laneOf(static_cast<size_t>(rounds));
+    uint32_t lo = 0, len = parts;
+    // A step waits for the one that produced its data unless that ran earlier on its own lane.
+    const auto afterReady = [&](Step step, uint16_t lane) {
+      return ready && ready->lane == lane ? step : after(std::move(step), ready);
+    };
+    for (int d = 0; d < rounds; ++d) {
+      const int distance = core >> (d + 1);
+      const int partner = r ^ distance;
+      laneOf[static_cast<size_t>(d)] = b.addLane(r, partner, partner);
+      len /= 2;
+      const bool keepUpper = (r & distance) != 0;
+      const uint32_t keep = keepUpper ? lo + len : lo, give = keepUpper ? lo : lo + len;
+      b.add(r, laneOf[static_cast<size_t>(d)], afterReady(send({current, give, len}), laneOf[static_cast<size_t>(d)]));
+      ready = b.add(r, laneOf[static_cast<size_t>(d)], recvReduceCopy({current, keep, len}, output(keep, len)));
+      lo = keep;
+      current = BufferId::Output;
+    }
+    for (int d = rounds - 1; d >= 0; --d) {
+      const int distance = core >> (d + 1);
+      const uint16_t lane = laneOf[static_cast<size_t>(d)];
+      b.add(r, lane, afterReady(send(output(lo, len)), lane));
+      const uint32_t theirs = lo ^ static_cast<uint32_t>(distance);
+      ready = b.add(r, lane, recv(output(theirs, len)));
+      lo = std::min(lo, theirs);
+      len *= 2;
+    }
+    if (folded) b.add(r, foldLane, afterReady(send(output(0, parts)), foldLane));
+  }
+  return b.finish(true, true);
+}
+
 // ---- binomial trees -------------------------------------------------------------------------
 
 int lowestBit(int v) { return v & -v; }
@@ -479,6 +544,7 @@ const char* algorithmName(Algorithm a) noexcept {
     case Algorithm::Tree: return "tree";
     case Algorithm::Direct: return "direct";
     case Algorithm::Hierarchical: return "hierarchical";
+    case Algorithm::HalvingDoubling: return "halving_doubling";
   }
   return "unknown";
 }
@@ -495,6 +561,7 @@ std::optional<Algorithm> algorithmFromName(std::string_view name) noexcept {
   if (key == "tree") return Algorithm::Tree;
   if (key == "direct") return Algorithm::Direct;
   if (key == "hierarchical" || key == "hier") return Algorithm::Hierarchical;
+  if (key == "halving_doubling" || key == "hd") return Algorithm::HalvingDoubling;
   return std::nullopt;
 }
 
@@ -509,6 +576,7 @@ bool algorithmSupports(Algorithm a, Collective c) noexcept {
       return c == Collective::AllReduce || c == Collective::AllToAll || c == Collective::Gather || c == Collective::Scatter ||
              c == Collective::AllGather || c == Collective::ReduceScatter;
     case Algorithm::Hierarchical: return c == Collective::AllReduce;
+    case Algorithm::HalvingDoubling: return c == Collective::AllReduce;
   }
   return false;
 }
@@ -541,6 +609,12 @@ Plan recursiveDoublingPlan(Collective c, int nranks, int root, int nchannels, Pl
   checkArguments(Algorithm::RecursiveDoubling, c, nranks, root, nchannels);
   if (nranks == 1) return singleRankPlan(Algorithm::RecursiveDoubling, c, placement);
   return recursiveDoublingAllReduce(nranks, placement);
+}
+
+Plan halvingDoublingPlan(Collective c, int nranks, int root, int nchannels, Placement placement) {
+  checkArguments(Algorithm::HalvingDoubling, c, nranks, root, nchannels);
+  if (nranks == 1) return singleRankPlan(Algorithm::HalvingDoubling, c, placement);
+  return halvingDoublingAllReduce(nranks);
 }
 
 Plan treePlan(Collective c, int nranks, int root, int nchannels, Placement placement) {
@@ -661,6 +735,7 @@ Plan makePlan(Algorithm algorithm, Collective c, int nranks, int root, int nchan
     case Algorithm::RecursiveDoubling: return recursiveDoublingPlan(c, nranks, root, nchannels, placement);
     case Algorithm::Tree: return treePlan(c, nranks, root, nchannels, placement);
     case Algorithm::Direct: return directPlan(c, nranks, root, nchannels, placement);
+    case Algorithm::HalvingDoubling: return halvingDoublingPlan(c, nranks, root, nchannels, placement);
     case Algorithm::Hierarchical:
       checkArguments(algorithm, c, nranks, root, nchannels);
       return hierarchicalPlan(c, std::vector<int>(static_cast<size_t>(nranks), 0), nchannels, placement);
@@ -672,7 +747,7 @@ Plan makePlan(std::string_view algorithmName, Collective c, int nranks, int root
   const std::optional<Algorithm> algorithm = algorithmFromName(algorithmName);
   if (!algorithm) {
     throwInvalidArgument("unknown algorithm '" + std::string(algorithmName) +
-                         "'; known: ring, recursive_doubling (rd), tree, direct, hierarchical (hier)");
+                         "'; known: ring, recursive_doubling (rd), tree, direct, hierarchical (hier), halving_doubling (hd)");
   }
   return makePlan(*algorithm, c, nranks, root, nchannels, placement);
 }

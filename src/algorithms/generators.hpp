@@ -5,6 +5,10 @@
 //                      other way round so both directions of every link carry data.
 //   recursive_doubling AllReduce in ceil(log2 n) exchange rounds; ranks beyond the largest power of
 //                      two first fold their data into a partner and get the result back at the end.
+//   halving_doubling   AllReduce as Rabenseifner's: reduce-scatter by recursive halving, then all-gather by
+//                      recursive doubling, 2 log2 n rounds moving 2 (n-1)/n of the data like the ring's
+//                      2 (n-1) steps; ranks beyond the largest power of two fold in and out as in
+//                      recursive_doubling. OpenMPI's choice at 1-4 MiB; here 1.5x the ring over TCP.
 //   tree               binomial-tree Broadcast and Reduce (log2 n hops, for small messages).
 //   direct             AllToAll, Gather, Scatter, AllGather, ReduceScatter: every pair talks directly.
 // Only ring uses nchannels; the others are latency-oriented and run on one channel.
@@ -21,12 +25,13 @@
 
 namespace topoccl::algo {
 
-enum class Algorithm : uint8_t { Ring, RecursiveDoubling, Tree, Direct, Hierarchical };
-inline constexpr int kNumAlgorithms = 5;
+enum class Algorithm : uint8_t { Ring, RecursiveDoubling, Tree, Direct, Hierarchical, HalvingDoubling };
+inline constexpr int kNumAlgorithms = 6;
 inline constexpr int kMaxChannels = 64;
 
-const char* algorithmName(Algorithm a) noexcept;  // "ring", "recursive_doubling", "tree", "direct", "hierarchical"
-// Our names, case-insensitive: ring, recursive_doubling (or rd), tree, direct, hierarchical (or hier).
+const char* algorithmName(Algorithm a) noexcept;  // "ring", "recursive_doubling", "tree", "direct", "hierarchical", "halving_doubling"
+// Our names, case-insensitive: ring, recursive_doubling (or rd), tree, direct, hierarchical (or hier),
+// halving_doubling (or hd).
 std::optional<Algorithm> algorithmFromName(std::string_view name) noexcept;
 bool algorithmSupports(Algorithm a, Collective c) noexcept;
 
@@ -39,6 +44,7 @@ enum class Placement : uint8_t { Any, InPlace, OutOfPlace };
 Plan ringPlan(Collective c, int nranks, int root, int nchannels, Placement placement = Placement::Any);
 Plan recursiveDoublingPlan(Collective c, int nranks, int root, int nchannels, Placement placement = Placement::Any);
 Plan treePlan(Collective c, int nranks, int root, int nchannels, Placement placement = Placement::Any);
+Plan halvingDoublingPlan(Collective c, int nranks, int root, int nchannels, Placement placement = Placement::Any);
 Plan directPlan(Collective c, int nranks, int root, int nchannels, Placement placement = Placement::Any);
 // AllReduce over hosts: ring reduce-scatter inside each host (shared memory), then the ranks with the same
 // local index (one per host, the rank nearest rail l) all-reduce their shard in a ring across the hosts,

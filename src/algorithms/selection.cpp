@@ -20,9 +20,9 @@ constexpr std::array<Collective, kNumCollectives> kCollectives = {
     Collective::AllReduce, Collective::AllGather, Collective::ReduceScatter, Collective::Broadcast,
     Collective::Reduce,    Collective::AllToAll,  Collective::Gather,        Collective::Scatter};
 
-constexpr std::array<Algorithm, kNumAlgorithms> kAlgorithms = {Algorithm::Ring, Algorithm::RecursiveDoubling,
-                                                               Algorithm::Tree, Algorithm::Direct,
-                                                               Algorithm::Hierarchical};
+constexpr std::array<Algorithm, kNumAlgorithms> kAlgorithms = {Algorithm::Ring,   Algorithm::RecursiveDoubling,
+                                                               Algorithm::Tree,   Algorithm::Direct,
+                                                               Algorithm::Hierarchical, Algorithm::HalvingDoubling};
 
 Mask supportedMask(Collective c) {
   Mask m = 0;
@@ -99,7 +99,7 @@ Mask parseList(std::string_view whole, std::string_view list) {
     const std::optional<Mask> m = algorithmsNamed(token);
     if (!m) {
       badAlgo(whole, "unknown algorithm '" + std::string(token) +
-                         "' (known: ring, tree, rd, recursive_doubling, direct, hierarchical, and NCCL's Ring, Tree, "
+                         "' (known: ring, tree, rd, recursive_doubling, direct, hierarchical, hd, halving_doubling, and NCCL's Ring, Tree, "
                          "CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT)");
     }
     named |= *m;
@@ -174,6 +174,10 @@ SelectionTable SelectionTable::defaults() {
   t.addRow({Collective::AllReduce, 3, kDirectAllReduceMaxRanks, 0, kDirectAllReduceMaxBytes, Algorithm::Direct, 1});
   t.addRow({Collective::AllReduce, 1, INT32_MAX, 0, kRecursiveDoublingMaxBytes, Algorithm::RecursiveDoubling});
   t.addRow({Collective::AllReduce, 1, INT32_MAX, kHierarchicalMinBytes, UINT64_MAX, Algorithm::Hierarchical, INT32_MAX, 2});
+  // On one host with 4 or 8 ranks halving-doubling took 0.63-0.96x the ring's time from 64 KiB to 32 MiB
+  // (perf/RESULTS.md); other counts fold ranks in and out, and measured no better than the ring at 6.
+  for (int ranks : {4, 8})
+    t.addRow({Collective::AllReduce, ranks, ranks, kRecursiveDoublingMaxBytes, UINT64_MAX, Algorithm::HalvingDoubling, 1});
   t.addRow({Collective::AllReduce, 1, INT32_MAX, kRecursiveDoublingMaxBytes, UINT64_MAX, Algorithm::Ring});
   t.addRow({Collective::AllGather, 1, INT32_MAX, 0, kDirectMaxBytes, Algorithm::Direct});
   t.addRow({Collective::AllGather, 1, INT32_MAX, kDirectMaxBytes, UINT64_MAX, Algorithm::Ring});

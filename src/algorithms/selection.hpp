@@ -57,7 +57,7 @@ struct SelectionRow {
 // Which algorithms the user allows, per collective. NCCL_ALGO syntax: `[^]list[;coll:[^]list...]`,
 // e.g. `ring`, `^ring`, `ring,tree`, `allreduce:ring;broadcast:tree`, `tree;allreduce:^rd`.
 // Names are case-insensitive: NCCL's Ring and Tree (Tree = our tree and recursive doubling),
-// ours ring, tree, rd / recursive_doubling, direct. NCCL's CollNetDirect, CollNetChain, NVLS,
+// ours ring, tree, rd / recursive_doubling, direct, hierarchical, hd / halving_doubling. NCCL's CollNetDirect, CollNetChain, NVLS,
 // NVLSTree and PAT are accepted but name nothing topoccl implements.
 // The list without a collective applies to every collective it leaves an algorithm for (NCCL, too,
 // does not apply it to AllToAll / Gather / Scatter); a `coll:` list must leave one, else it is an

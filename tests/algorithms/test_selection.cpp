@@ -44,8 +44,12 @@ TEST_CASE("the default table: latency algorithms for small messages, ring for la
   CHECK(t.choose(Collective::AllReduce, kSmall, 8, 2) == Algorithm::RecursiveDoubling);  // across hosts
   CHECK(t.choose(Collective::AllReduce, kSmall, 8, 1) == Algorithm::Direct);
   CHECK(t.choose(Collective::AllReduce, kRecursiveDoublingMaxBytes - 1, 16) == Algorithm::RecursiveDoubling);
-  CHECK(t.choose(Collective::AllReduce, kRecursiveDoublingMaxBytes, 8) == Algorithm::Ring);
-  CHECK(t.choose(Collective::AllReduce, kLarge, 8) == Algorithm::Ring);
+  CHECK(t.choose(Collective::AllReduce, kRecursiveDoublingMaxBytes, 8) == Algorithm::HalvingDoubling);  // 4 or 8, one host
+  CHECK(t.choose(Collective::AllReduce, kLarge, 4) == Algorithm::HalvingDoubling);
+  CHECK(t.choose(Collective::AllReduce, kLarge, 8) == Algorithm::HalvingDoubling);
+  CHECK(t.choose(Collective::AllReduce, kLarge, 6) == Algorithm::Ring);  // folding ranks in and out does not pay
+  CHECK(t.choose(Collective::AllReduce, kLarge, 2) == Algorithm::Ring);
+  CHECK(t.choose(Collective::AllReduce, kRecursiveDoublingMaxBytes, 16) == Algorithm::Ring);
   CHECK(t.choose(Collective::AllReduce, kLarge, 8, 2) == Algorithm::Hierarchical);  // across hosts
   CHECK(t.choose(Collective::AllReduce, kHierarchicalMinBytes, 4, 4) == Algorithm::Hierarchical);
   CHECK(t.choose(Collective::AllGather, kLarge, 8, 2) == Algorithm::Ring);
@@ -93,7 +97,8 @@ TEST_CASE("NCCL_ALGO: one list applies wherever it leaves an algorithm") {
   CHECK(tree.choose(Collective::AllGather, kLarge, 8) == Algorithm::Ring);  // no tree AllGather: unrestricted
 
   const SelectionTable ncclOnly = withAlgo("NVLS,CollNetDirect");
-  CHECK(ncclOnly.choose(Collective::AllReduce, kLarge, 8) == Algorithm::Ring);
+  CHECK(ncclOnly.choose(Collective::AllReduce, kLarge, 6) == Algorithm::Ring);
+  CHECK(ncclOnly.choose(Collective::AllReduce, kLarge, 8) == Algorithm::HalvingDoubling);
   CHECK_FALSE(ncclOnly.filter().restricts(Collective::AllReduce));
   const SelectionTable mixed = withAlgo("nvls,ring");
   CHECK(mixed.choose(Collective::AllReduce, kSmall, 8) == Algorithm::Ring);
@@ -111,7 +116,8 @@ TEST_CASE("NCCL_ALGO can force the ring or the hierarchical plan across hosts") 
 
 TEST_CASE("NCCL_ALGO: exclusion and lists") {
   const SelectionTable noRing = withAlgo("^ring");
-  CHECK(noRing.choose(Collective::AllReduce, kLarge, 8) == Algorithm::RecursiveDoubling);  // nearest size range, not direct
+  CHECK(noRing.choose(Collective::AllReduce, kLarge, 8) == Algorithm::HalvingDoubling);
+  CHECK(noRing.choose(Collective::AllReduce, kLarge, 6) == Algorithm::RecursiveDoubling);  // nearest size range, not direct
   CHECK(noRing.choose(Collective::AllReduce, kSmall, 8) == Algorithm::Direct);
   CHECK(noRing.choose(Collective::AllGather, kLarge, 8) == Algorithm::Direct);
   CHECK(noRing.choose(Collective::Broadcast, kLarge, 8) == Algorithm::Tree);
@@ -148,7 +154,7 @@ TEST_CASE("NCCL_ALGO: malformed values name the bad token") {
   CHECK(parseError("allreduce:hypercube").find("'hypercube'") != std::string::npos);
   CHECK(parseError("allgatherv:ring").find("unknown collective 'allgatherv'") != std::string::npos);
   CHECK(parseError("alltoall:ring").find("leaves alltoall no algorithm") != std::string::npos);
-  CHECK(parseError("allreduce:^ring,tree,direct,hier").find("leaves allreduce no algorithm") != std::string::npos);
+  CHECK(parseError("allreduce:^ring,tree,direct,hier,hd").find("leaves allreduce no algorithm") != std::string::npos);
   CHECK(parseError("ring;tree").find("more than one list") != std::string::npos);
   CHECK(parseError("^").find("empty") != std::string::npos);
   CHECK(parseError("allreduce:").find("empty") != std::string::npos);
@@ -234,13 +240,13 @@ TEST_CASE("modelled rows pick each band's fastest candidate, merge equal neighbo
   SelectionTable t = SelectionTable::defaults();
   t.prependRows(rows);
   CHECK(t.choose(Collective::AllReduce, 8 << 20, 4, 2) == Algorithm::Ring);          // modelled, not hierarchical
-  CHECK(t.choose(Collective::AllReduce, 8 << 20, 4, 1) == Algorithm::Ring);          // one host: the defaults
+  CHECK(t.choose(Collective::AllReduce, 8 << 20, 4, 1) == Algorithm::HalvingDoubling);  // one host: the defaults
   CHECK(t.choose(Collective::AllReduce, 8 << 20, 8, 2) == Algorithm::Hierarchical);  // other rank count: defaults
   t.setFilter(AlgorithmFilter::parse("allreduce:hierarchical"));                     // NCCL_ALGO still wins
   CHECK(t.choose(Collective::AllReduce, 8 << 20, 4, 2) == Algorithm::Hierarchical);
 }
 
-TEST_CASE("modelled rows on the simulator: recursive doubling or direct for small all-reduce, the ring for large") {
+TEST_CASE("modelled rows on the simulator: recursive doubling or direct for small all-reduce, halving-doubling for large") {
   const CostModel model = CostModel::uniform(8, 20.0, 1.0 / 1e3);  // 20 us, 1 GB/s: alpha / beta = 20 KB
   const auto rows = modelledRows({Collective::AllReduce}, {0, 64 << 10, 1 << 20}, 8, 2,
                                  [](Algorithm a, Collective c) -> std::optional<Plan> {
@@ -250,6 +256,7 @@ TEST_CASE("modelled rows on the simulator: recursive doubling or direct for smal
                                  [&](const Plan& plan, uint64_t bytes) { return simulate(plan, bytes, model).finishUs; });
   REQUIRE(!rows.empty());
   CHECK(rows.front().algorithm != Algorithm::Ring);
-  CHECK(rows.back().algorithm == Algorithm::Ring);
+  // Both move 2 (n-1)/n of the data; on a uniform model halving-doubling's 2 log2 n rounds beat the ring's 2 (n-1).
+  CHECK(rows.back().algorithm == Algorithm::HalvingDoubling);
   CHECK(rows.back().maxBytes == UINT64_MAX);
 }

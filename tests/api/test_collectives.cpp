@@ -2,6 +2,7 @@
 
 #include "api/collective_matrix.hpp"
 #include "support/rank_harness.hpp"
+#include "topoccl/nccl_ext.h"
 
 #include <map>
 #include <string>
@@ -79,4 +80,29 @@ TEST_CASE("every collective with streaming stores forced (TOPOCCL_STREAMING_STOR
 // Plain memcpy where the CPU would use its string copy (the default on x86-64 with ERMS), so both paths run.
 TEST_CASE("every collective with the string copy off (TOPOCCL_BULK_COPY=0) on shm processes with 2 ranks") {
   runMatrix(RankMode::ProcessesShm, 2, false, {{"TOPOCCL_BULK_COPY", "0"}});
+}
+// Halving-doubling all-reduce on a power of two and on rank counts that fold ranks in and out, in and out of place.
+TEST_CASE("every collective with NCCL_ALGO=allreduce:hd on shm processes with 4 ranks") {
+  runMatrix(RankMode::ProcessesShm, 4, false, {{"NCCL_ALGO", "allreduce:hd"}});
+}
+TEST_CASE("every collective with NCCL_ALGO=allreduce:hd and 3 KiB slices on threads with 7 ranks") {
+  runMatrix(RankMode::Threads, 7, false, {{"NCCL_ALGO", "allreduce:hd"}, {"TOPOCCL_SLICE_BYTES", "3072"}});
+}
+
+// The default table picks halving-doubling for a 1 MiB all-reduce on 4 ranks of one host over shared memory,
+// the ring when those ranks talk over TCP (measured slower there), and halving-doubling again when NCCL_ALGO
+// asks for it. Each rank checks the plan it would run.
+namespace {
+int expectPlan(ncclComm_t comm, const char* want) {
+  topocclPrediction_t p{};
+  if (topocclCommPredict(comm, "allreduce", 1 << 20, 0, &p) != ncclSuccess) return 1;
+  return std::string(p.plan) == want ? 0 : 1;
+}
+}  // namespace
+
+TEST_CASE("4 ranks on one host: halving-doubling all-reduce over shm, the ring over TCP unless NCCL_ALGO forces it") {
+  CHECK(runRanks(RankMode::ProcessesShm, 4, [](int, int, ncclComm_t c) { return expectPlan(c, "halving_doubling"); }).failures == 0);
+  CHECK(runRanks(RankMode::ProcessesTcp, 4, [](int, int, ncclComm_t c) { return expectPlan(c, "ring"); }).failures == 0);
+  CHECK(runRanks(RankMode::ProcessesTcp, 4, [](int, int, ncclComm_t c) { return expectPlan(c, "halving_doubling"); },
+                 {{"NCCL_ALGO", "allreduce:hd"}}).failures == 0);
 }

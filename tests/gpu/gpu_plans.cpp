@@ -200,7 +200,7 @@ int main() {
                                           algo::Collective::Broadcast, algo::Collective::Reduce, algo::Collective::AllToAll,
                                           algo::Collective::Gather, algo::Collective::Scatter};
   const algo::Algorithm algorithms[] = {algo::Algorithm::Ring, algo::Algorithm::RecursiveDoubling, algo::Algorithm::Tree,
-                                        algo::Algorithm::Direct};
+                                        algo::Algorithm::Direct, algo::Algorithm::HalvingDoubling};
   for (int n = 2; n <= 4; ++n)
     for (algo::Algorithm a : algorithms)
       for (algo::Collective c : collectives) {
