@@ -381,6 +381,10 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
     // (4 ranks on 2 cores, 8 B-4 KiB: 4 polls as fast as 1 or up to 30% faster; 16 and more slower).
     spinsBeforeYield_ = configured > 0 ? static_cast<unsigned>(std::min<int64_t>(configured, 1 << 30))
                                        : (localRanks <= static_cast<size_t>(cores) ? 4096 : 4);
+    // Sockets: with a core to itself a rank soon sleeps in poll() and leaves the CPU to the kernel's TCP work.
+    // Sharing cores, it yields instead, for about 4096 more loops: a peer that is not running cannot answer,
+    // and a poll() sleep's wake-up took 1.3-1.6x the time of 4-rank TCP all-reduces at 1-8 MiB (perf/RESULTS.md).
+    idleBeforePoll_ = localRanks <= static_cast<size_t>(cores) ? std::min(spinsBeforeYield_, 64u) : spinsBeforeYield_ + 4096;
     machineRanks_ = std::max<size_t>(1, localRanks);
   }
   // Streaming stores pay once the buffers of every rank on this machine are past its last-level cache:
@@ -1058,11 +1062,11 @@ void Communicator::runGroup(std::vector<Operation>& operations) {
       continue;
     }
     // Spin while our ranks have cores to themselves; yield (then sleep) soon when they share them. When
-    // every connection in play is a socket, sleep in poll() instead: spinning on recv() would take the
-    // CPU the kernel's TCP stack needs to move the data we wait for.
+    // every connection in play is a socket, sleep in poll() instead (idleBeforePoll_): spinning on recv()
+    // would take the CPU the kernel's TCP stack needs to move the data we wait for.
     ++idle;
     bool slept = false;
-    if (idle > std::min(spinsBeforeYield_, 64u)) {
+    if (idle > idleBeforePoll_) {
       pollFds_.clear();
       bool pollable = current || (pointToPoint && !pointToPoint->finished());
       if (pollable && current) pollable = current->addPollDescriptors(pollFds_);

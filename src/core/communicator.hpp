@@ -210,6 +210,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // Idle polls before the progress loop yields its core: many when every local rank has a core of its
   // own (a yield is a syscall, and the peer is about to answer), few when ranks outnumber cores.
   unsigned spinsBeforeYield_ = 1;
+  unsigned idleBeforePoll_ = 64;  // idle loops before sleeping in poll() when every connection is a socket
   size_t machineRanks_ = 1;                  // ranks of this communicator sharing this machine's cores and caches
   bool peersOverSockets_ = false;            // one host, every peer reached over TCP (NCCL_SHM_DISABLE)
   uint64_t streamingThreshold_ = UINT64_MAX;  // footprint from which copies use streaming stores

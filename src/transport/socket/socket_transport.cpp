@@ -98,8 +98,14 @@ struct StreamHello {
   int32_t streamIndex = -1;
   int32_t nstreams = 0;  // the dialler's stream count; the acceptor adopts it
   uint32_t weight = 1;   // this stream's share of striped messages (Mbit/s of its NIC pair, or 1)
-  uint32_t reserved = 0;
+  uint32_t direction = 0;  // StreamDirection: which end sends on it
 };
+// Every TCP stream carries data one way: the dialler's parts on a forward stream, the acceptor's on the
+// reverse one. When both ends send at once on one shared stream, each end's sendmsg holds the socket
+// while the other's data arrives, so the kernel queues it to the socket's backlog and handles it twice:
+// the same 2 x 1 MiB exchange took 572 us over one stream and 294 us over a stream per direction
+// (perf/RESULTS.md).
+enum StreamDirection : uint32_t { kForward = 0, kReverse = 1 };
 constexpr uint64_t kStreamHelloMagic = 0x746f706f2d736b21ull;  // "topo-sk!"
 
 // Precedes every part of every message on the wire.
@@ -203,7 +209,8 @@ class AcceptHub {
     else if (hello.commHash != identity_.commHash) refusal = "it belongs to another communicator";
     else if (hello.rank < 0 || hello.rank >= identity_.nranks) refusal = "rank out of range";
     else if (hello.channel < 0 || hello.nstreams < 1 || hello.nstreams > kMaxStreams || hello.streamIndex < 0 ||
-             hello.streamIndex >= hello.nstreams || hello.weight == 0)
+             hello.streamIndex >= hello.nstreams || hello.weight == 0 ||
+             (hello.direction != kForward && hello.direction != kReverse))
       refusal = "malformed channel or stream numbers";
     if (refusal) {
       TOPOCCL_WARN("%s: refused a connection from %s: %s", name_.c_str(), from.c_str(), refusal);
@@ -240,10 +247,18 @@ class SocketConnection final : public Connection {
     if (dials_) {
       routes_ = std::move(routes);
       setStreamCount(static_cast<int>(routes_.size()));
+      // To oneself the forward streams are all there is: this end accepts what it sends.
+      const std::vector<StreamDirection> directions =
+          accepts_ ? std::vector{kForward} : std::vector{kForward, kReverse};
       for (int index = 0; index < nstreams_; ++index) {
         streams_[static_cast<size_t>(index)].weight = routes_[static_cast<size_t>(index)].weight;
         streams_[static_cast<size_t>(index)].label = routes_[static_cast<size_t>(index)].label;
-        startDial(index);
+        for (StreamDirection direction : directions) {
+          dialling_.push_back(Dial{});
+          dialling_.back().index = index;
+          dialling_.back().direction = direction;
+          startDial(dialling_.back());
+        }
       }
     }
   }
@@ -289,10 +304,11 @@ class SocketConnection final : public Connection {
       // A broken stream cannot be resynchronised; every later call reports the same failure, and
       // shutting the streams down makes the peer fail too instead of waiting for us.
       failure_.emplace(e);
-      for (Stream& stream : streams_) {
-        if (stream.fd) ::shutdown(stream.fd.get(), SHUT_RDWR);
-        if (stream.selfIn) ::shutdown(stream.selfIn.get(), SHUT_RDWR);
-      }
+      for (Stream& stream : streams_)
+        for (FileDescriptor* fd : {&stream.out, &stream.in})
+          if (fd->valid()) ::shutdown(fd->get(), SHUT_RDWR);
+      for (Dial& dial : dialling_)
+        if (dial.fd.valid()) ::shutdown(dial.fd.get(), SHUT_RDWR);
       throw;
     }
   }
@@ -327,10 +343,7 @@ class SocketConnection final : public Connection {
     for (const Stream& stream : streams_) {
       // Always readable interest: data, or the peer closing, is what a waiting engine must see.
       fds.push_back({stream.recvFd(), POLLIN, 0});
-      if (!sends_.empty()) {
-        if (stream.sendFd() == stream.recvFd()) fds.back().events |= POLLOUT;
-        else fds.push_back({stream.sendFd(), POLLOUT, 0});
-      }
+      if (!sends_.empty()) fds.push_back({stream.sendFd(), POLLOUT, 0});
     }
     return true;
   }
@@ -353,17 +366,13 @@ class SocketConnection final : public Connection {
     int partsLeft = -1;
     bool sizeConfirmed = false;  // part 0's header matched the posted size
   };
-  // One TCP stream. A connection to oneself dials and accepts: it sends on `fd` and receives on
-  // `selfIn`; otherwise both directions share `fd`.
+  // One stream of the connection: a TCP stream out (this end's parts) and one in (the peer's), dialled or
+  // accepted according to StreamDirection.
   struct Stream {
-    FileDescriptor fd;
-    FileDescriptor selfIn;
-    bool connected = false;  // dialled stream finished its handshake (accepted ones start true)
+    FileDescriptor out;
+    FileDescriptor in;
     uint32_t weight = 1;     // from the route (dialler) or the hello (acceptor)
     std::string label;       // for reports: "eth0->eth0" (dialler), "->eth0" (acceptor)
-    Deadline retryAt{};
-    StreamHello hello;  // dialler only: goes out before any part
-    size_t helloSent = sizeof(StreamHello);
     // Send side: the part in flight.
     Ticket sendCursor = 1;
     bool sending = false;
@@ -381,8 +390,19 @@ class SocketConnection final : public Connection {
     size_t stagingFill = 0;
     size_t reducedBytes = 0;  // of the current part
 
-    int sendFd() const { return fd.get(); }
-    int recvFd() const { return selfIn ? selfIn.get() : fd.get(); }
+    int sendFd() const { return out.get(); }
+    int recvFd() const { return in.get(); }
+  };
+  // A TCP stream the dialler is still opening; handed to its Stream once its hello is out.
+  struct Dial {
+    int index = 0;
+    StreamDirection direction = kForward;
+    FileDescriptor fd;
+    bool connected = false;
+    bool handedOver = false;
+    Deadline retryAt{};
+    StreamHello hello;
+    size_t helloSent = 0;
   };
 
   void setStreamCount(int count) {
@@ -401,20 +421,19 @@ class SocketConnection final : public Connection {
   // ------------------------------------------------------------------------------------------
   // Setup: dialling (lower rank) or collecting accepted streams (higher rank).
 
-  void startDial(int index) {
-    Stream& stream = streams_[static_cast<size_t>(index)];
-    const StreamRoute& route = routes_[static_cast<size_t>(index)];
-    stream.fd = bootstrap::startConnect(route.remote, describe(), &route.local);
-    stream.connected = false;
-    stream.hello = StreamHello{kStreamHelloMagic, self_.secret, self_.commHash, self_.rank, channel_, index, nstreams_,
-                               route.weight, 0};
-    stream.helloSent = 0;
+  void startDial(Dial& dial) {
+    const StreamRoute& route = routes_[static_cast<size_t>(dial.index)];
+    dial.fd = bootstrap::startConnect(route.remote, describe(), &route.local);
+    dial.connected = false;
+    dial.hello = StreamHello{kStreamHelloMagic, self_.secret, self_.commHash, self_.rank, channel_, dial.index,
+                             nstreams_, route.weight, dial.direction};
+    dial.helloSent = 0;
   }
 
   bool finishSetup() {
     bool allThere = true;
     if (dials_) {
-      for (int index = 0; index < nstreams_; ++index) allThere = pollDial(index) && allThere;
+      for (Dial& dial : dialling_) allThere = pollDial(dial) && allThere;
     }
     if (accepts_) {
       const bool accepted = collectAccepted();
@@ -425,6 +444,7 @@ class SocketConnection final : public Connection {
       allThere = accepted && allThere;
     }
     if (!allThere) return false;
+    dialling_.clear();
     std::vector<uint32_t> weights;
     for (const Stream& stream : streams_) weights.push_back(stream.weight);
     planner_ = socket_detail::StripePlanner(std::move(weights));
@@ -442,33 +462,33 @@ class SocketConnection final : public Connection {
     return true;
   }
 
-  bool pollDial(int index) {
-    Stream& stream = streams_[static_cast<size_t>(index)];
-    if (stream.connected) return true;
-    if (!stream.fd) {  // waiting to retry after a refusal
-      if (Clock::now() < stream.retryAt) return false;
-      startDial(index);
+  // True once the stream is connected, its hello is out and it sits in its Stream.
+  bool pollDial(Dial& dial) {
+    if (dial.handedOver) return true;
+    if (dial.connected) return sendHello(dial);
+    if (!dial.fd) {  // waiting to retry after a refusal
+      if (Clock::now() < dial.retryAt) return false;
+      startDial(dial);
     }
-    pollfd entry{stream.fd.get(), POLLOUT, 0};
+    pollfd entry{dial.fd.get(), POLLOUT, 0};
     if (::poll(&entry, 1, 0) <= 0) {
       if (Clock::now() >= connectDeadline_)
         failRemote(describe() + ": timed out connecting to " + peerName_ + " (unreachable, or a firewall drops it?)");
       return false;
     }
-    const int error = bootstrap::finishConnect(stream.fd.get());
+    const int error = bootstrap::finishConnect(dial.fd.get());
     if (error == 0) {
-      stream.connected = true;
+      dial.connected = true;
       // Send the hello now: a connection to oneself only completes once its own acceptor saw it.
-      sendHello(stream);
-      return true;
+      return sendHello(dial);
     }
     // The peer's listener exists before its address is published, so a refusal means it is gone
     // or unreachable; retry briefly anyway in case of transient network trouble.
     if (Clock::now() >= connectDeadline_)
       failRemote(describe() + ": cannot connect to " + peerName_ + ": " + std::strerror(error) +
                  " (is that rank still alive?)");
-    stream.fd.reset();
-    stream.retryAt = Clock::now() + std::chrono::milliseconds(100);
+    dial.fd.reset();
+    dial.retryAt = Clock::now() + std::chrono::milliseconds(100);
     return false;
   }
 
@@ -478,7 +498,10 @@ class SocketConnection final : public Connection {
       const StreamHello& hello = arrived.hello;
       if (nstreams_ == 0) setStreamCount(hello.nstreams);
       Stream* slot = hello.nstreams == nstreams_ ? &streams_[static_cast<size_t>(hello.streamIndex)] : nullptr;
-      FileDescriptor* target = slot == nullptr ? nullptr : (dials_ ? &slot->selfIn : &slot->fd);
+      // The dialler's forward stream brings its parts in; on the reverse one this end sends.
+      FileDescriptor* target = slot == nullptr || (dials_ && hello.direction == kReverse) ? nullptr
+                               : hello.direction == kForward                             ? &slot->in
+                                                                                         : &slot->out;
       if (target == nullptr || target->valid()) {
         TOPOCCL_WARN("%s: dropped an unexpected stream %d/%d from rank %d (stale connection?)", describe().c_str(),
                      hello.streamIndex, hello.nstreams, hello.rank);
@@ -486,34 +509,35 @@ class SocketConnection final : public Connection {
       }
       *target = std::move(arrived.fd);
       if (!dials_) {
-        slot->connected = true;
         slot->weight = hello.weight;
         slot->label = "->" + arrived.nic;  // the dialler's NIC is its business; ours is where it arrived
       }
     }
     if (nstreams_ == 0) return false;
     for (const Stream& stream : streams_)
-      if (!(dials_ ? stream.selfIn.valid() : stream.fd.valid())) return false;
+      if (!stream.in.valid() || (!dials_ && !stream.out.valid())) return false;
     return true;
   }
 
   // ------------------------------------------------------------------------------------------
   // Sending
 
-  // Pushes the dialler's hello out; true once it is all on the wire (always, for accepted streams).
-  bool sendHello(Stream& stream) {
-    if (stream.helloSent == sizeof(stream.hello)) return true;
-    const char* bytes = reinterpret_cast<const char*>(&stream.hello);
-    iovec part{const_cast<char*>(bytes + stream.helloSent), sizeof(stream.hello) - stream.helloSent};
-    const IoResult result = bootstrap::sendSome(stream.sendFd(), &part, 1, describe());
+  // Pushes a dialled stream's hello out; once it is all on the wire the stream joins its Stream.
+  bool sendHello(Dial& dial) {
+    const char* bytes = reinterpret_cast<const char*>(&dial.hello);
+    iovec part{const_cast<char*>(bytes + dial.helloSent), sizeof(dial.hello) - dial.helloSent};
+    const IoResult result = bootstrap::sendSome(dial.fd.get(), &part, 1, describe());
     if (result.peerGone) failPeerGone(result, "handshake");
-    stream.helloSent += result.bytes;
-    return stream.helloSent == sizeof(stream.hello);
+    dial.helloSent += result.bytes;
+    if (dial.helloSent < sizeof(dial.hello)) return false;
+    Stream& stream = streams_[static_cast<size_t>(dial.index)];
+    (dial.direction == kForward ? stream.out : stream.in) = std::move(dial.fd);
+    dial.handedOver = true;
+    return true;
   }
 
   void progressSends(int index) {
     Stream& stream = streams_[static_cast<size_t>(index)];
-    if (!sendHello(stream)) return;
     for (;;) {
       if (!stream.sending && !startNextSendPart(index, stream)) return;
       iovec parts[2];
@@ -696,6 +720,7 @@ class SocketConnection final : public Connection {
   Deadline connectDeadline_;  // for the handshake: dialling, or waiting for the dialler
   int nstreams_ = 0;  // 0 until known (acceptor: from the first hello)
   std::vector<Stream> streams_;
+  std::vector<Dial> dialling_;  // dialler, until the handshake is done
   bool ready_ = false;
   std::optional<Error> failure_;
 
