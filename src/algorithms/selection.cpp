@@ -174,8 +174,9 @@ SelectionTable SelectionTable::defaults() {
   t.addRow({Collective::AllReduce, 3, kDirectAllReduceMaxRanks, 0, kDirectAllReduceMaxBytes, Algorithm::Direct, 1});
   t.addRow({Collective::AllReduce, 1, INT32_MAX, 0, kRecursiveDoublingMaxBytes, Algorithm::RecursiveDoubling});
   t.addRow({Collective::AllReduce, 1, INT32_MAX, kHierarchicalMinBytes, UINT64_MAX, Algorithm::Hierarchical, INT32_MAX, 2});
-  // On one host with 4 or 8 ranks halving-doubling took 0.63-0.96x the ring's time from 64 KiB to 32 MiB
-  // (perf/RESULTS.md); other counts fold ranks in and out, and measured no better than the ring at 6.
+  // On one host with 4 or 8 ranks halving-doubling took 0.63-0.96x the ring's time from 64 KiB to 32 MiB over shm,
+  // and 0.58-1.05x over loopback TCP (perf/RESULTS.md); other counts fold ranks in and out, and measured no
+  // better than the ring at 6.
   for (int ranks : {4, 8})
     t.addRow({Collective::AllReduce, ranks, ranks, kRecursiveDoublingMaxBytes, UINT64_MAX, Algorithm::HalvingDoubling, 1});
   t.addRow({Collective::AllReduce, 1, INT32_MAX, kRecursiveDoublingMaxBytes, UINT64_MAX, Algorithm::Ring});

@@ -359,10 +359,6 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
     if (peerRoute_[r] == Route::Local && !localTransport_) localTransport_ = transport::makeLocalTransport(identity_);
     if (peerRoute_[r] == Route::Shm && !shmTransport_) shmTransport_ = transport::makeShmTransport(identity_, peers_[rank_]);
   }
-  // One host whose ranks talk over sockets (NCCL_SHM_DISABLE): see chooseAlgorithm().
-  peersOverSockets_ = nranks_ > 1 && locality_->nhosts() == 1;
-  for (int r = 0; r < nranks_; ++r)
-    if (r != rank_ && peerRoute_[r] != Route::Socket) peersOverSockets_ = false;
 
   {
     cpu_set_t cpus;
@@ -502,10 +498,6 @@ transport::Connection* Communicator::connection(int peer, int channel) {
 // The table's choice; a hierarchical plan needs every host to hold the same number of ranks, else the ring.
 algo::Algorithm Communicator::chooseAlgorithm(algo::Collective collective, size_t bytes) const {
   const algo::Algorithm chosen = selection_->choose(collective, bytes, nranks_, locality_->nhosts());
-  // The table's one-host halving-doubling rows were measured over shared memory; over loopback TCP its pairwise
-  // exchanges took 1.05-1.19x the ring's time at 1-128 MiB on 4 ranks (perf/RESULTS.md). NCCL_ALGO still forces it.
-  if (chosen == algo::Algorithm::HalvingDoubling && peersOverSockets_ && !selection_->filter().restricts(collective))
-    return algo::Algorithm::Ring;
   return chosen == algo::Algorithm::Hierarchical && !evenHosts() ? algo::Algorithm::Ring : chosen;
 }
 

@@ -212,7 +212,6 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   unsigned spinsBeforeYield_ = 1;
   unsigned idleBeforePoll_ = 64;  // idle loops before sleeping in poll() when every connection is a socket
   size_t machineRanks_ = 1;                  // ranks of this communicator sharing this machine's cores and caches
-  bool peersOverSockets_ = false;            // one host, every peer reached over TCP (NCCL_SHM_DISABLE)
   uint64_t streamingThreshold_ = UINT64_MAX;  // footprint from which copies use streaming stores
   bool bulkCopy_ = false;                     // below it, kernels::bulkCopy (TOPOCCL_BULK_COPY and the CPU has it)
 

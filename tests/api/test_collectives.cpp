@@ -100,9 +100,9 @@ int expectPlan(ncclComm_t comm, const char* want) {
 }
 }  // namespace
 
-TEST_CASE("4 ranks on one host: halving-doubling all-reduce over shm, the ring over TCP unless NCCL_ALGO forces it") {
+TEST_CASE("4 ranks on one host: halving-doubling all-reduce over shm and over TCP unless NCCL_ALGO forces the ring") {
   CHECK(runRanks(RankMode::ProcessesShm, 4, [](int, int, ncclComm_t c) { return expectPlan(c, "halving_doubling"); }).failures == 0);
-  CHECK(runRanks(RankMode::ProcessesTcp, 4, [](int, int, ncclComm_t c) { return expectPlan(c, "ring"); }).failures == 0);
-  CHECK(runRanks(RankMode::ProcessesTcp, 4, [](int, int, ncclComm_t c) { return expectPlan(c, "halving_doubling"); },
-                 {{"NCCL_ALGO", "allreduce:hd"}}).failures == 0);
+  CHECK(runRanks(RankMode::ProcessesTcp, 4, [](int, int, ncclComm_t c) { return expectPlan(c, "halving_doubling"); }).failures == 0);
+  CHECK(runRanks(RankMode::ProcessesTcp, 4, [](int, int, ncclComm_t c) { return expectPlan(c, "ring"); },
+                 {{"NCCL_ALGO", "allreduce:ring"}}).failures == 0);
 }

@@ -14,7 +14,11 @@
 //   all_gather      gloo::allgather, out-of-place
 //   reduce_scatter  gloo::ReduceScatterHalvingDoubling<float> (this Gloo's only reduce-scatter;
 //                   in place, built once per size outside the timed loop; the rank's block of the
-//                   sum lands at the start of its buffer)
+//                   sum lands at the start of its buffer). Its run() can return a wrong result at large
+//                   sizes: it sends a reduced block from the caller's buffer and, before that send is
+//                   known to be done, copies its own block to offset 0 of the same buffer (every rank
+//                   but 0), so the peer may receive the overwritten bytes. A Gloo race, not this
+//                   harness's (seen here once at 128 MiB on 4 ranks; jax-ml/jax#40830 reports the same).
 //   alltoall        gloo::alltoall, out-of-place
 //   broadcast       gloo::broadcast, root's input -> every rank's output
 // Each collective is measured in that one form; the CSV's in-place columns repeat it.
