@@ -123,7 +123,7 @@ constexpr int kMaxStreams = 64;
 // other direction. Short turns keep both directions flowing and each socket's lock held briefly: 2-rank TCP
 // all-reduce at 2-16 MiB took 1.2-1.8x longer with whole parts per call (perf/RESULTS.md).
 constexpr size_t kMaxIoBytes = 256 << 10;
-constexpr size_t kStagingBytes = kMaxIoBytes;  // per stream, only for receives that reduce  // per stream, only for receives that reduce
+constexpr size_t kStagingBytes = kMaxIoBytes;  // per stream, only for receives that reduce
 constexpr auto kHelloPatience = std::chrono::seconds(30);
 
 // Streams per NIC pair; 0: automatic (see planRoutes).
