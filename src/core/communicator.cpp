@@ -177,6 +177,8 @@ struct WireInfo {
   uint64_t sliceBytes;
   uint8_t shmAllowed;
   uint8_t localAllowed;
+  uint8_t cpuSetKnown;
+  uint64_t cpuSet[16];  // topo::CpuSet, 1024 CPUs
   char hostId[160];
   char socketAddress[80];
   char algo[256];
@@ -265,6 +267,9 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
   mine.sliceBytes = static_cast<uint64_t>(std::max<int64_t>(64, params::kSliceBytes.get()));
   mine.shmAllowed = !params::kShmDisable.get();
   mine.localAllowed = !params::kP2pDisable.get();
+  const topo::CpuSet myCpus = topo::currentCpuSet();
+  mine.cpuSetKnown = !myCpus.empty() && myCpus.size() <= std::size(mine.cpuSet);
+  if (mine.cpuSetKnown) std::copy(myCpus.begin(), myCpus.end(), mine.cpuSet);
   copyText(mine.hostId, sizeof(mine.hostId), hostIdentity(), "host id");
   copyText(mine.socketAddress, sizeof(mine.socketAddress), socketAddress, "socket address");
   copyText(mine.algo, sizeof(mine.algo), params::kAlgo.get(), "NCCL_ALGO");
@@ -361,26 +366,32 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
   }
 
   {
-    cpu_set_t cpus;
-    CPU_ZERO(&cpus);
-    // A rank pinned to one core (mpirun binds when ranks <= cores) has that core to itself.
-    const int affinity = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
     // Ranks that share this machine's cores: same boot id (the host id's tail), which also counts the
-    // "hosts" of a namespace-emulated cluster, whose ranks all run on one machine's cores.
+    // "hosts" of a namespace-emulated cluster, whose ranks all run on one machine's cores. Whether this rank
+    // shares its cores comes from every such rank's affinity: ranks pinned two to a core (mpirun --bind-to
+    // core --oversubscribe, a one-CPU cpuset) share even though each sees a single CPU.
     const auto bootOf = [](const std::string& hostId) { return hostId.substr(hostId.rfind('/') + 1); };
     size_t localRanks = 0;
-    for (const auto& peer : peers_) localRanks += bootOf(peer.hostId) == bootOf(peers_[rank_].hostId);
-    const int cores = affinity == 1 ? static_cast<int>(localRanks) : std::max<int>(1, affinity);
+    bool affinitiesKnown = true;
+    std::vector<topo::CpuSet> machineCpus;
+    for (int r = 0; r < nranks_; ++r) {
+      if (bootOf(peers_[r].hostId) != bootOf(peers_[rank_].hostId)) continue;
+      ++localRanks;
+      const WireInfo& w = wire[static_cast<size_t>(r)];
+      affinitiesKnown = affinitiesKnown && w.cpuSetKnown;
+      machineCpus.emplace_back(w.cpuSet, w.cpuSet + std::size(w.cpuSet));
+    }
+    // Without every affinity (a machine beyond 1024 CPUs), count ranks against the CPUs this rank may use.
+    sharesCores_ = affinitiesKnown ? topo::sharesCores(myCpus, machineCpus) : localRanks > std::max<size_t>(1, topo::cpuCount(myCpus));
     const int64_t configured = params::kSpinPolls.get();
     if (configured < 0) throwInvalidArgument(std::string(params::kSpinPolls.name()) + "=" + std::to_string(configured) + " must be >= 0");
     // Sharing cores: a few polls catch a peer that is about to answer without a trip through the scheduler
     // (4 ranks on 2 cores, 8 B-4 KiB: 4 polls as fast as 1 or up to 30% faster; 16 and more slower).
-    spinsBeforeYield_ = configured > 0 ? static_cast<unsigned>(std::min<int64_t>(configured, 1 << 30))
-                                       : (localRanks <= static_cast<size_t>(cores) ? 4096 : 4);
+    spinsBeforeYield_ = configured > 0 ? static_cast<unsigned>(std::min<int64_t>(configured, 1 << 30)) : (sharesCores_ ? 4 : 4096);
     // Sockets: with a core to itself a rank soon sleeps in poll() and leaves the CPU to the kernel's TCP work.
     // Sharing cores, it yields instead, for about 4096 more loops: a peer that is not running cannot answer,
     // and a poll() sleep's wake-up took 1.3-1.6x the time of 4-rank TCP all-reduces at 1-8 MiB (perf/RESULTS.md).
-    idleBeforePoll_ = localRanks <= static_cast<size_t>(cores) ? std::min(spinsBeforeYield_, 64u) : spinsBeforeYield_ + 4096;
+    idleBeforePoll_ = sharesCores_ ? spinsBeforeYield_ + 4096 : std::min(spinsBeforeYield_, 64u);
     machineRanks_ = std::max<size_t>(1, localRanks);
   }
   // Streaming stores pay once the buffers of every rank on this machine are past its last-level cache:
@@ -399,10 +410,10 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
     const std::string streamingFrom =
         streamingThreshold_ == UINT64_MAX ? std::string("never") : std::to_string(streamingThreshold_ >> 20) + " MiB";
     TOPOCCL_INFO(log::kInit,
-                 "comm %s rank %d nranks %d hosts %d slice %zu B (>= %zu a step) channels %d spin %u polls; streaming "
+                 "comm %s rank %d nranks %d hosts %d slice %zu B (>= %zu a step) channels %d spin %u polls (%s); streaming "
                  "stores from %s (x %zu ranks), below that %s; peers via%s",
                  options_.name.c_str(), rank_, nranks_, locality_->nhosts(), sliceBytes_, slicesPerStep_, nchannels_, spinsBeforeYield_,
-                 streamingFrom.c_str(), machineRanks_, bulkCopy_ ? "rep movsb" : "memcpy", routes.str().c_str());
+                 sharesCores_ ? "cores shared with other ranks" : "cores of its own", streamingFrom.c_str(), machineRanks_, bulkCopy_ ? "rep movsb" : "memcpy", routes.str().c_str());
     TOPOCCL_INFO(log::kTuning, "selection table:\n%s", selection_->describe().c_str());
   }
   engine_ = std::thread([this] { progressLoop(); });

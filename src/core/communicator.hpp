@@ -122,6 +122,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
     size_t prescaled = 0;
   };
   HostMemory hostMemory() const { return {scratch_.size(), staging_.size(), prescaled_.size()}; }
+  // Whether other ranks of this communicator may run on this rank's cores (from every local rank's CPU
+  // affinity at creation): its progress loop then yields after a few idle polls instead of spinning.
+  bool sharesCores() const { return sharesCores_; }
   // Which algorithm the selection table picks (for logs, tools and tests); a plan file's name when
   // one of MSCCL_XML_FILES covers the call.
   std::string chosenAlgorithm(algo::Collective collective, size_t bytes, bool inPlace = false) const;
@@ -209,6 +212,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::vector<std::function<void()>> groupAfter_;
   // Idle polls before the progress loop yields its core: many when every local rank has a core of its
   // own (a yield is a syscall, and the peer is about to answer), few when ranks outnumber cores.
+  bool sharesCores_ = false;  // other ranks may run on this rank's cores (topo::sharesCores)
   unsigned spinsBeforeYield_ = 1;
   unsigned idleBeforePoll_ = 64;  // idle loops before sleeping in poll() when every connection is a socket
   size_t machineRanks_ = 1;                  // ranks of this communicator sharing this machine's cores and caches

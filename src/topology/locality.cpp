@@ -1,5 +1,9 @@
 #include "topology/locality.hpp"
 
+#include <sched.h>
+
+#include <algorithm>
+#include <bit>
 #include <map>
 
 namespace topoccl::topo {
@@ -11,6 +15,37 @@ const char* proximityName(Proximity p) noexcept {
     case Proximity::OtherHost: return "other-host";
   }
   return "unknown";
+}
+
+CpuSet currentCpuSet() {
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  if (sched_getaffinity(0, sizeof(cpus), &cpus) != 0) return {};  // EINVAL: a kernel mask beyond 1024 CPUs
+  CpuSet set(CPU_SETSIZE / 64, 0);
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &cpus)) set[static_cast<size_t>(c) / 64] |= uint64_t{1} << (c % 64);
+  while (!set.empty() && set.back() == 0) set.pop_back();
+  return set;
+}
+
+size_t cpuCount(const CpuSet& cpus) {
+  size_t count = 0;
+  for (uint64_t word : cpus) count += static_cast<size_t>(std::popcount(word));
+  return count;
+}
+
+bool sharesCores(const CpuSet& mine, const std::vector<CpuSet>& machine) {
+  CpuSet together = mine;
+  size_t overlapping = 0;
+  for (const CpuSet& other : machine) {
+    bool overlaps = false;
+    for (size_t w = 0; w < std::min(mine.size(), other.size()); ++w) overlaps = overlaps || (mine[w] & other[w]) != 0;
+    if (!overlaps) continue;
+    ++overlapping;
+    if (together.size() < other.size()) together.resize(other.size(), 0);
+    for (size_t w = 0; w < other.size(); ++w) together[w] |= other[w];
+  }
+  return overlapping > cpuCount(together);
 }
 
 Locality::Locality(std::vector<RankPlace> places) : places_(std::move(places)), hostOf_(places_.size()) {

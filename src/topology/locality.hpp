@@ -3,6 +3,7 @@
 // runtime needs to choose transports and hierarchical plans.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -15,6 +16,19 @@ struct RankPlace {
 };
 
 enum class Proximity : uint8_t { SameProcess, SameHost, OtherHost };
+
+// The logical CPUs a rank may run on (its affinity), as a bit set: bit c of word c / 64 is CPU c. Empty
+// when unknown.
+using CpuSet = std::vector<uint64_t>;
+// The calling thread's affinity (sched_getaffinity), up to 1024 CPUs; empty when it cannot be read or
+// names a CPU beyond that.
+CpuSet currentCpuSet();
+size_t cpuCount(const CpuSet& cpus);
+// Whether a rank whose affinity is `mine` shares cores with other ranks: the ranks whose affinities overlap
+// its own (itself included, so `machine` holds every rank on this machine) outnumber the CPUs those ranks
+// may use together. 4 unpinned ranks on 2 CPUs share; 4 ranks pinned to 4 CPUs do not; 2 ranks pinned to
+// one CPU do, and a rank pinned alone beside them does not.
+bool sharesCores(const CpuSet& mine, const std::vector<CpuSet>& machine);
 const char* proximityName(Proximity p) noexcept;
 
 class Locality {
