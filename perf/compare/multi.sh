@@ -6,6 +6,7 @@
 #       "ring|build|NCCL_ALGO=allreduce:ring" "hd|build|NCCL_ALGO=allreduce:hd" "mpishm|build/compare|"
 # A configuration runs BUILD_DIR/perf/COLL_perf with its NAME=VALUE settings, except the labels `mpishm` and
 # `mpi` (OpenMPI over vader / over TCP), which run BUILD_DIR/mpi_perf (perf/compare builds it in build/compare).
+# WRAP, if set, prefixes every rank's command, e.g. WRAP=perf/compare/pin.sh with PIN=pairs in a configuration.
 set -euo pipefail
 if [ $# -lt 5 ]; then sed -n '2,8p' "$0" >&2; exit 2; fi
 NP=$1 COLL=$2 ARGS=$3 REPEAT=$4
@@ -14,15 +15,17 @@ configs=("$@")
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 n=${#configs[@]}
+wrap=()
+if [ -n "${WRAP:-}" ]; then wrap=("$WRAP"); fi
 for ((r = 1; r <= REPEAT; r++)); do
   for ((i = 0; i < n; i++)); do
     IFS='|' read -r label build envs <<<"${configs[$(((i + r) % n))]}"
     flags=()
     for e in $envs; do flags+=(-x "$e"); done
     case $label in
-      mpishm) cmd=(--mca btl "vader,self" "${flags[@]}" "$build/mpi_perf" --coll "$COLL") ;;
-      mpi) cmd=(--mca btl "tcp,self" "${flags[@]}" "$build/mpi_perf" --coll "$COLL") ;;
-      *) cmd=("${flags[@]}" "$build/perf/${COLL}_perf") ;;
+      mpishm) cmd=(--mca btl "vader,self" "${flags[@]}" "${wrap[@]}" "$build/mpi_perf" --coll "$COLL") ;;
+      mpi) cmd=(--mca btl "tcp,self" "${flags[@]}" "${wrap[@]}" "$build/mpi_perf" --coll "$COLL") ;;
+      *) cmd=("${flags[@]}" "${wrap[@]}" "$build/perf/${COLL}_perf") ;;
     esac
     # shellcheck disable=SC2086  # ARGS is a list of flags
     mpirun --allow-run-as-root --oversubscribe -np "$NP" "${cmd[@]}" $ARGS 2>&1 |
