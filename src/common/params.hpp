@@ -53,8 +53,9 @@ inline const Param<int64_t> kSliceBytes{"TOPOCCL_SLICE_BYTES", 512 << 10,
                                         "Executor slice size: steps move and pipeline data in pieces of this many bytes"};
 inline const Param<int64_t> kNChannels{"TOPOCCL_NCHANNELS", 1, "Lanes per rank used by built-in ring plans"};
 inline const Param<int64_t> kSpinPolls{"TOPOCCL_SPIN_POLLS", 0,
-                                       "Idle polls before the progress loop yields its core; 0 = 4096 when every rank of "
-                                       "the host has a core of its own, else 4 (ranks that share cores yield soon)"};
+                                       "Idle polls before the progress loop yields its core; 0 = 4096 when the rank has its "
+                                       "CPUs to itself, else 4 (ranks that share cores, from every local rank's CPU "
+                                       "affinity, yield soon)"};
 inline const Param<int64_t> kStreamingStoresBytes{
     "TOPOCCL_STREAMING_STORES_BYTES", 0,
     "Copies write around the caches (non-temporal stores) when an operation's buffers, times the ranks on the "
