@@ -381,8 +381,9 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
       affinitiesKnown = affinitiesKnown && w.cpuSetKnown;
       machineCpus.emplace_back(w.cpuSet, w.cpuSet + std::size(w.cpuSet));
     }
-    // Without every affinity (a machine beyond 1024 CPUs), count ranks against the CPUs this rank may use.
-    sharesCores_ = affinitiesKnown ? topo::sharesCores(myCpus, machineCpus) : localRanks > std::max<size_t>(1, topo::cpuCount(myCpus));
+    // Without every affinity (a kernel mask beyond 1024 CPUs), count the ranks against the machine's CPUs.
+    const size_t machineCpuCount = myCpus.empty() ? std::max(1u, std::thread::hardware_concurrency()) : topo::cpuCount(myCpus);
+    sharesCores_ = affinitiesKnown ? topo::sharesCores(myCpus, machineCpus) : localRanks > machineCpuCount;
     const int64_t configured = params::kSpinPolls.get();
     if (configured < 0) throwInvalidArgument(std::string(params::kSpinPolls.name()) + "=" + std::to_string(configured) + " must be >= 0");
     // Sharing cores: a few polls catch a peer that is about to answer without a trip through the scheduler

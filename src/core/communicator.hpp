@@ -210,9 +210,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::vector<const PointToPointArgs*> groupPointToPoint_;  // runGroup's working lists, kept for their capacity
   std::vector<const CollectiveArgs*> groupCollectives_;
   std::vector<std::function<void()>> groupAfter_;
-  // Idle polls before the progress loop yields its core: many when every local rank has a core of its
-  // own (a yield is a syscall, and the peer is about to answer), few when ranks outnumber cores.
   bool sharesCores_ = false;  // other ranks may run on this rank's cores (topo::sharesCores)
+  // Idle polls before the progress loop yields its core: many when the rank has its cores to itself (a yield
+  // is a syscall, and the peer is about to answer), few when it shares them.
   unsigned spinsBeforeYield_ = 1;
   unsigned idleBeforePoll_ = 64;  // idle loops before sleeping in poll() when every connection is a socket
   size_t machineRanks_ = 1;                  // ranks of this communicator sharing this machine's cores and caches
