@@ -5,7 +5,7 @@
 # places them when each core takes two); PIN=spread: rank r on CPU r mod CPUs; unset or none: no pinning.
 set -euo pipefail
 rank=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}
-cpus=$(nproc)
+cpus=$(nproc --all)  # not nproc: mpirun may already have bound this rank to one CPU
 case ${PIN:-none} in
   pairs) exec taskset -c $(((rank / 2) % cpus)) "$@" ;;
   spread) exec taskset -c $((rank % cpus)) "$@" ;;

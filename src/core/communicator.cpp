@@ -372,18 +372,14 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
     // core --oversubscribe, a one-CPU cpuset) share even though each sees a single CPU.
     const auto bootOf = [](const std::string& hostId) { return hostId.substr(hostId.rfind('/') + 1); };
     size_t localRanks = 0;
-    bool affinitiesKnown = true;
-    std::vector<topo::CpuSet> machineCpus;
+    std::vector<topo::CpuSet> machineCpus;  // empty where unknown (a kernel mask beyond 1024 CPUs)
     for (int r = 0; r < nranks_; ++r) {
       if (bootOf(peers_[r].hostId) != bootOf(peers_[rank_].hostId)) continue;
       ++localRanks;
       const WireInfo& w = wire[static_cast<size_t>(r)];
-      affinitiesKnown = affinitiesKnown && w.cpuSetKnown;
-      machineCpus.emplace_back(w.cpuSet, w.cpuSet + std::size(w.cpuSet));
+      machineCpus.push_back(w.cpuSetKnown ? topo::CpuSet(w.cpuSet, w.cpuSet + std::size(w.cpuSet)) : topo::CpuSet{});
     }
-    // Without every affinity (a kernel mask beyond 1024 CPUs), count the ranks against the machine's CPUs.
-    const size_t machineCpuCount = myCpus.empty() ? std::max(1u, std::thread::hardware_concurrency()) : topo::cpuCount(myCpus);
-    sharesCores_ = affinitiesKnown ? topo::sharesCores(myCpus, machineCpus) : localRanks > machineCpuCount;
+    sharesCores_ = topo::sharesCores(myCpus, machineCpus, std::thread::hardware_concurrency());
     const int64_t configured = params::kSpinPolls.get();
     if (configured < 0) throwInvalidArgument(std::string(params::kSpinPolls.name()) + "=" + std::to_string(configured) + " must be >= 0");
     // Sharing cores: a few polls catch a peer that is about to answer without a trip through the scheduler

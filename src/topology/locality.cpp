@@ -34,7 +34,9 @@ size_t cpuCount(const CpuSet& cpus) {
   return count;
 }
 
-bool sharesCores(const CpuSet& mine, const std::vector<CpuSet>& machine) {
+bool sharesCores(const CpuSet& mine, const std::vector<CpuSet>& machine, size_t machineCpus) {
+  const bool known = !mine.empty() && std::none_of(machine.begin(), machine.end(), [](const CpuSet& s) { return s.empty(); });
+  if (!known) return machine.size() > std::max<size_t>(1, machineCpus);
   CpuSet together = mine;
   size_t overlapping = 0;
   for (const CpuSet& other : machine) {

@@ -27,8 +27,9 @@ size_t cpuCount(const CpuSet& cpus);
 // Whether a rank whose affinity is `mine` shares cores with other ranks: the ranks whose affinities overlap
 // its own (itself included, so `machine` holds every rank on this machine) outnumber the CPUs those ranks
 // may use together. 4 unpinned ranks on 2 CPUs share; 4 ranks pinned to 4 CPUs do not; 2 ranks pinned to
-// one CPU do, and a rank pinned alone beside them does not.
-bool sharesCores(const CpuSet& mine, const std::vector<CpuSet>& machine);
+// one CPU do, and a rank pinned alone beside them does not. When any affinity is unknown (empty), the
+// ranks are counted against `machineCpus` instead.
+bool sharesCores(const CpuSet& mine, const std::vector<CpuSet>& machine, size_t machineCpus);
 const char* proximityName(Proximity p) noexcept;
 
 class Locality {
