@@ -56,6 +56,10 @@ inline const Param<int64_t> kSpinPolls{"TOPOCCL_SPIN_POLLS", 0,
                                        "Idle polls before the progress loop yields its core; 0 = 4096 when the rank has its "
                                        "CPUs to itself, else 4 (ranks that share cores, from every local rank's CPU "
                                        "affinity, yield soon)"};
+inline const Param<int64_t> kYieldsBeforeSleep{"TOPOCCL_YIELDS_BEFORE_SLEEP", -1,
+                                               "Idle loops that yield, after the spinning ones, before a rank waiting "
+                                               "only on shm or local peers sleeps until one of them moves (futex); "
+                                               "-1 = 4096 when the rank has its CPUs to itself, else 256"};
 inline const Param<int64_t> kStreamingStoresBytes{
     "TOPOCCL_STREAMING_STORES_BYTES", 0,
     "Copies write around the caches (non-temporal stores) when an operation's buffers, times the ranks on the "

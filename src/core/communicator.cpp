@@ -389,6 +389,9 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
     // Sharing cores, it yields instead, for about 4096 more loops: a peer that is not running cannot answer,
     // and a poll() sleep's wake-up took 1.3-1.6x the time of 4-rank TCP all-reduces at 1-8 MiB (perf/RESULTS.md).
     idleBeforePoll_ = sharesCores_ ? spinsBeforeYield_ + 4096 : std::min(spinsBeforeYield_, 64u);
+    const int64_t yields = params::kYieldsBeforeSleep.get();
+    if (yields < -1) throwInvalidArgument(std::string(params::kYieldsBeforeSleep.name()) + "=" + std::to_string(yields) + " must be >= -1");
+    idleBeforeSleep_ = spinsBeforeYield_ + (yields >= 0 ? static_cast<unsigned>(std::min<int64_t>(yields, 1 << 30)) : (sharesCores_ ? 256u : 4096u));
     machineRanks_ = std::max<size_t>(1, localRanks);
   }
   // Streaming stores pay once the buffers of every rank on this machine are past its last-level cache:
@@ -1000,7 +1003,17 @@ std::unique_ptr<Execution> Communicator::buildPointToPoint(const std::vector<con
   return std::make_unique<Execution>("send/recv", std::move(lanes), nullptr, 1, sliceBytes_, nullptr, slicesPerStep_);
 }
 
+bool Communicator::armDoorbells(Execution* collective, Execution* pointToPoint) {
+  bool armable = collective != nullptr || (pointToPoint != nullptr && !pointToPoint->finished());
+  if (armable && collective) armable = collective->armDoorbells(armedBells_);
+  if (armable && pointToPoint && !pointToPoint->finished()) armable = pointToPoint->armDoorbells(armedBells_);
+  if (armable && !armedBells_.empty()) return true;
+  transport::disarm(armedBells_);
+  return false;
+}
+
 void Communicator::runGroup(std::vector<Operation>& operations) {
+  transport::disarm(armedBells_);  // left armed by an error in the last call
   // Members, so the per-call path reuses their capacity (one job runs at a time).
   auto& p2p = groupPointToPoint_;
   auto& collectives = groupCollectives_;
@@ -1058,15 +1071,23 @@ void Communicator::runGroup(std::vector<Operation>& operations) {
     if (done) return;
 
     if (moved) {
+      if (!armedBells_.empty()) transport::disarm(armedBells_);
       idle = 0;
       continue;
     }
-    // Spin while our ranks have cores to themselves; yield (then sleep) soon when they share them. When
-    // every connection in play is a socket, sleep in poll() instead (idleBeforePoll_): spinning on recv()
-    // would take the CPU the kernel's TCP stack needs to move the data we wait for.
+    // Spin while our ranks have cores to themselves; yield, then sleep, soon when they share them. Shm and
+    // local peers ring a doorbell when they move something (idleBeforeSleep_); when every connection in play
+    // is a socket, sleep in poll() instead (idleBeforePoll_): spinning on recv() would take the CPU the
+    // kernel's TCP stack needs to move the data we wait for.
     ++idle;
     bool slept = false;
-    if (idle > idleBeforePoll_) {
+    if (!armedBells_.empty()) {
+      // Armed in the last loop, whose look found nothing since: anything published later rings.
+      transport::sleepUntilRung(armedBells_, std::chrono::milliseconds(1));  // abort and the stall clock stay responsive
+      slept = true;
+    } else if (idle > idleBeforeSleep_ && armDoorbells(current.get(), pointToPoint.get())) {
+      slept = true;  // one more look at the connections before sleeping, in the next loop
+    } else if (idle > idleBeforePoll_) {
       pollFds_.clear();
       bool pollable = current || (pointToPoint && !pointToPoint->finished());
       if (pollable && current) pollable = current->addPollDescriptors(pollFds_);

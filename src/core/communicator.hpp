@@ -143,6 +143,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   void gatherClusterTopology();
   void progressLoop();
   void runGroup(std::vector<Operation>& operations);
+  // Arms the doorbells of every connection the executions wait on; false (and nothing armed) when one of
+  // them cannot be slept on that way or none waits.
+  bool armDoorbells(Execution* collective, Execution* pointToPoint);
   transport::Connection* connection(int peer, int channel);
   transport::Transport& transportFor(int peer) const;
   struct SelectedPlan {
@@ -155,6 +158,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::unique_ptr<Execution> buildPointToPoint(const std::vector<const PointToPointArgs*>& ops);
   std::vector<uint32_t> shardWeights_;  // hierarchical all-reduce shard per local rank (near mode); empty: even
   std::vector<pollfd> pollFds_;  // the engine's idle wait; reused, so no allocation per wait
+  std::vector<transport::ArmedDoorbell> armedBells_;  // likewise, for shm and local peers
   std::vector<topo::VertexId> rankDevices() const;
   double modelledMicros(const algo::Plan& plan, uint64_t bytes, const algo::CostModel& model) const;
   void modelSelection();
@@ -215,6 +219,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // is a syscall, and the peer is about to answer), few when it shares them.
   unsigned spinsBeforeYield_ = 1;
   unsigned idleBeforePoll_ = 64;  // idle loops before sleeping in poll() when every connection is a socket
+  unsigned idleBeforeSleep_ = 8192;  // idle loops before sleeping on doorbells when every connection has them
   size_t machineRanks_ = 1;                  // ranks of this communicator sharing this machine's cores and caches
   uint64_t streamingThreshold_ = UINT64_MAX;  // footprint from which copies use streaming stores
   bool bulkCopy_ = false;                     // below it, kernels::bulkCopy (TOPOCCL_BULK_COPY and the CPU has it)

@@ -243,6 +243,12 @@ std::string Execution::describeWaiting() const {
   return out.str();
 }
 
+bool Execution::armDoorbells(std::vector<transport::ArmedDoorbell>& armed) {
+  for (transport::Connection* conn : connections_)
+    if (!conn->armDoorbells(armed)) return false;
+  return true;
+}
+
 bool Execution::addPollDescriptors(std::vector<pollfd>& fds) const {
   for (const transport::Connection* conn : connections_)
     if (!conn->addPollDescriptors(fds)) return false;

@@ -66,6 +66,9 @@ class Execution {
   // The descriptors of every connection, for an idle engine to poll(); false if any connection cannot
   // be waited on that way (see transport::Connection::addPollDescriptors).
   bool addPollDescriptors(std::vector<pollfd>& fds) const;
+  // Arms every connection's doorbells, for an idle engine to sleep on; false if any connection cannot be
+  // waited on that way (see transport::Connection::armDoorbells).
+  bool armDoorbells(std::vector<transport::ArmedDoorbell>& armed);
 
  private:
   static constexpr size_t kWindow = 4;  // receive slices in flight per lane

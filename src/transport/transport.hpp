@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "transport/doorbell.hpp"
+
 namespace topoccl::transport {
 
 // What a completed receive does with the incoming bytes. Copy: dst = incoming. Reduce:
@@ -83,6 +85,13 @@ class Connection {
   // way (shared memory flags, or a handshake still under way): the engine then spins or yields.
   virtual bool addPollDescriptors(std::vector<pollfd>& fds) const {
     (void)fds;
+    return false;
+  }
+  // Arms the doorbells (doorbell.hpp) that the peer rings when it moves something this side waits for, so
+  // an idle engine can sleep in the kernel instead of spinning. False when this connection cannot be waited
+  // on that way (sockets, or a handshake still under way); what it armed before saying so stays in `armed`.
+  virtual bool armDoorbells(std::vector<ArmedDoorbell>& armed) {
+    (void)armed;
     return false;
   }
 };

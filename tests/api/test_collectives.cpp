@@ -81,6 +81,14 @@ TEST_CASE("every collective with streaming stores forced (TOPOCCL_STREAMING_STOR
 TEST_CASE("every collective with the string copy off (TOPOCCL_BULK_COPY=0) on shm processes with 2 ranks") {
   runMatrix(RankMode::ProcessesShm, 2, false, {{"TOPOCCL_BULK_COPY", "0"}});
 }
+// Ranks that sleep on their doorbells (futex) at every wait after one idle poll: results must not change, and a
+// publish that forgot to ring would stall each wait for the 1 ms sleep timeout.
+TEST_CASE("every collective with ranks asleep at every wait (TOPOCCL_YIELDS_BEFORE_SLEEP=0) on shm processes with 3 ranks") {
+  runMatrix(RankMode::ProcessesShm, 3, false, {{"TOPOCCL_SPIN_POLLS", "1"}, {"TOPOCCL_YIELDS_BEFORE_SLEEP", "0"}});
+}
+TEST_CASE("every collective with ranks asleep at every wait (TOPOCCL_YIELDS_BEFORE_SLEEP=0) on threads with 4 ranks") {
+  runMatrix(RankMode::Threads, 4, false, {{"TOPOCCL_SPIN_POLLS", "1"}, {"TOPOCCL_YIELDS_BEFORE_SLEEP", "0"}});
+}
 // Halving-doubling all-reduce on a power of two and on rank counts that fold ranks in and out, in and out of place.
 TEST_CASE("every collective with NCCL_ALGO=allreduce:hd on shm processes with 4 ranks") {
   runMatrix(RankMode::ProcessesShm, 4, false, {{"NCCL_ALGO", "allreduce:hd"}});

@@ -268,3 +268,52 @@ TEST_CASE("local transport refuses a second connection on the same channel") {
   auto again = t0->connect(localPeer(1), 0);  // and the channel is free again once closed
   CHECK(again->peer() == 1);
 }
+
+TEST_CASE("local ranks asleep on their doorbells are woken by every post and consume of the peer") {
+  const uint64_t hash = freshCommHash();
+  const std::vector<size_t> sizes = {0, 13, 4096, 65537};
+  // Round 0: rank 0 sleeps while rank 1 starts 30 ms late; round 1 the other way round.
+  const auto body = [&](int rank) {
+              auto transport = makeLocalTransport({hash, 0, rank, 2});
+              auto connection = transport->connect(localPeer(1 - rank), 0);
+              for (int round = 0; round < 2; ++round) {
+                const bool sleeper = rank == round;
+                if (!sleeper) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+                std::vector<std::vector<unsigned char>> outgoing, incoming(sizes.size());
+                Ticket lastSend = 0, lastRecv = 0;
+                for (size_t i = 0; i < sizes.size(); ++i) {
+                  outgoing.push_back(randomBytes(sizes[i], hash + uint64_t(round * 1000 + rank * 100) + i));
+                  incoming[i].assign(sizes[i], 0xEE);
+                  RecvAction action;
+                  action.dst = incoming[i].data();
+                  lastRecv = connection->postRecv(action, sizes[i]);
+                  lastSend = connection->postSend(outgoing[i].data(), sizes[i]);
+                }
+                const auto done = [&] { return connection->sendsCompleted() == lastSend && connection->recvsCompleted() == lastRecv; };
+                if (sleeper) {
+                  // Arm, look once more, sleep: a post or consume that forgot to ring would sleep the full minute.
+                  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+                  int sleeps = 0;
+                  std::vector<ArmedDoorbell> armed;
+                  for (connection->progress(); !done(); connection->progress()) {
+                    if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("a sleeper was never woken");
+                    if (!connection->armDoorbells(armed)) throw std::runtime_error("local connections can always be slept on");
+                    connection->progress();
+                    if (done()) {
+                      disarm(armed);
+                      break;
+                    }
+                    sleepUntilRung(armed, std::chrono::seconds(60));
+                    ++sleeps;
+                  }
+                  if (sleeps == 0) throw std::runtime_error("the sleeper never slept: the test did not test the wake-ups");
+                } else {
+                  pollUntil({connection.get()}, done);
+                }
+                for (size_t i = 0; i < sizes.size(); ++i)
+                  if (incoming[i] != randomBytes(sizes[i], hash + uint64_t(round * 1000 + (1 - rank) * 100) + i))
+                    throw std::runtime_error("rank " + std::to_string(rank) + ": message of " + std::to_string(sizes[i]) + " bytes differs");
+              }
+  };
+  runRanks({body, body});
+}

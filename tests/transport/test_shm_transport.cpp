@@ -697,3 +697,84 @@ TEST_CASE("shm zero copy stays off when TOPOCCL_SHM_ZERO_COPY=0") {
   CHECK(stats.zeroCopyMessagesReceived == 0);
   CHECK(finishChild(child) == "");
 }
+
+namespace {
+
+// Waits like an idle engine: arm the connection's doorbells, look once more, sleep until rung. The sleep's
+// timeout is far longer than the test allows, so a publish or release that forgot to ring shows as a stall.
+// Returns the number of sleeps.
+int sleepUntilDone(Connection& connection, const std::function<bool()>& done) {
+  std::vector<ArmedDoorbell> armed;
+  int sleeps = 0;
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  for (;;) {
+    connection.progress();
+    if (done()) return sleeps;
+    if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("a sleeper was never woken");
+    if (!connection.armDoorbells(armed)) {  // still connecting: the handshake does not ring
+      disarm(armed);
+      std::this_thread::yield();
+      continue;
+    }
+    connection.progress();
+    if (done()) {
+      disarm(armed);
+      return sleeps;
+    }
+    sleepUntilRung(armed, 60s);
+    ++sleeps;
+  }
+}
+
+// One side posts everything at once and sleeps until it is done; the other starts 30 ms later and polls.
+// Messages: tiny (inside the descriptor), fragments, three laps of the ring, and one at the CMA threshold.
+void sleepyExchange(Connection& connection, int rank, bool sleeper, uint64_t seed) {
+  const std::vector<size_t> sizes = {8, 3000, 3 * kFifo + 17, kCmaThreshold + 5};
+  if (!sleeper) std::this_thread::sleep_for(30ms);
+  std::vector<std::vector<unsigned char>> outgoing, incoming(sizes.size());
+  Ticket lastSend = 0, lastRecv = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    outgoing.push_back(randomBytes(sizes[i], seed + uint64_t(rank) * 100 + i));
+    incoming[i].assign(sizes[i], 0xEE);
+    RecvAction action;
+    action.dst = incoming[i].data();
+    lastRecv = connection.postRecv(action, sizes[i]);
+    lastSend = connection.postSend(outgoing[i].data(), sizes[i]);
+  }
+  const auto done = [&] { return connection.sendsCompleted() == lastSend && connection.recvsCompleted() == lastRecv; };
+  if (sleeper) {
+    const int sleeps = sleepUntilDone(connection, done);
+    childCheck(sleeps > 0, "the sleeper never slept: the test did not test the wake-ups");
+  } else {
+    pollUntil({&connection}, done);
+  }
+  for (size_t i = 0; i < sizes.size(); ++i)
+    childCheck(incoming[i] == randomBytes(sizes[i], seed + uint64_t(1 - rank) * 100 + i),
+               "rank " + std::to_string(rank) + ": message of " + std::to_string(sizes[i]) + " bytes differs");
+}
+
+}  // namespace
+
+TEST_CASE("shm ranks asleep on their doorbells are woken by every publish and release of the peer") {
+  const bool cmaDisabled = GENERATE(false, true);
+  INFO((cmaDisabled ? "FIFO only" : "CMA where permitted"));
+  SmallFifo settings(cmaDisabled);
+  const uint64_t hash = freshCommHash();
+  const uint64_t seed = hash & 0xffff;
+  const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
+    auto transport = makeShmTransport({hash, 0, 1, 2}, self);
+    auto connection = transport->connect(peer, 0);
+    sleepyExchange(*connection, 1, /*sleeper=*/false, seed);  // the parent sleeps first
+    sleepyExchange(*connection, 1, /*sleeper=*/true, seed + 7);
+  });
+  auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()));
+  auto connection = transport->connect(processPeer(1, child.pid), 0);
+  std::vector<ArmedDoorbell> armed;
+  CHECK(connection->armDoorbells(armed));
+  CHECK(armed.empty());  // nothing posted: nothing to wait for
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_NOTHROW(sleepyExchange(*connection, 0, /*sleeper=*/true, seed));
+  CHECK_NOTHROW(sleepyExchange(*connection, 0, /*sleeper=*/false, seed + 7));
+  CHECK(finishChild(child) == "");
+  CHECK(std::chrono::steady_clock::now() - start < 20s);  // a lost wake-up sleeps 60 s
+}

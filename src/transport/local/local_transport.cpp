@@ -11,6 +11,7 @@
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "common/params.hpp"
+#include "transport/doorbell.hpp"
 
 namespace topoccl::transport {
 namespace {
@@ -39,6 +40,8 @@ struct Direction {
   std::atomic<bool> failed{false};
   std::atomic<bool> senderClosed{false};
   std::atomic<bool> receiverClosed{false};
+  Doorbell toReceiver;  // rung by the sender when it posts or closes
+  Doorbell toSender;    // rung by the receiver when it consumes, fails or closes
   // Guarded by the registry mutex.
   bool senderAttached = false;
   bool receiverAttached = false;
@@ -64,6 +67,7 @@ class Registry {
   void detach(const DirectionKey& key, const std::shared_ptr<Direction>& direction, bool asSender) {
     std::lock_guard lock(mutex_);
     (asSender ? direction->senderClosed : direction->receiverClosed).store(true, std::memory_order_release);
+    ring(asSender ? direction->toReceiver : direction->toSender);
     const bool otherEndDone = asSender ? (!direction->receiverAttached || direction->receiverClosed.load())
                                        : (!direction->senderAttached || direction->senderClosed.load());
     auto it = directions_.find(key);
@@ -125,8 +129,11 @@ class LocalConnection final : public Connection {
 
   Ticket postSend(const void* data, size_t bytes) override {
     if (bytes > 0 && data == nullptr) throwInvalidArgument(describe() + ": send of " + std::to_string(bytes) + " bytes from a null buffer");
-    std::lock_guard lock(out_->mutex);
-    out_->posted.push_back({data, bytes});
+    {
+      std::lock_guard lock(out_->mutex);
+      out_->posted.push_back({data, bytes});
+    }
+    ring(out_->toReceiver);
     return ++sendsPosted_;
   }
 
@@ -158,6 +165,11 @@ class LocalConnection final : public Connection {
   }
 
   Ticket sendsCompleted() const override { return out_->consumed.load(std::memory_order_acquire); }
+  bool armDoorbells(std::vector<ArmedDoorbell>& armed) override {
+    if (!recvs_.empty()) arm(in_->toReceiver, armed);
+    if (sendsCompleted() < sendsPosted_) arm(out_->toSender, armed);
+    return true;
+  }
   Ticket recvsCompleted() const override { return recvsCompleted_; }
   int peer() const override { return peer_; }
   const char* transportName() const override { return "local"; }
@@ -188,6 +200,7 @@ class LocalConnection final : public Connection {
           in_->failure = what + " (rank " + std::to_string(inKey_.receiver) + ")";
         }
         in_->failed.store(true, std::memory_order_release);
+        ring(in_->toSender);
         throwRemoteError("local peer rank " + std::to_string(peer_) + " on channel " + std::to_string(channel_) + ": " + what);
       }
       // The sender's buffer is valid until `consumed` moves past it, so read it outside the lock.
@@ -197,6 +210,7 @@ class LocalConnection final : public Connection {
         in_->posted.pop_front();
       }
       in_->consumed.fetch_add(1, std::memory_order_release);
+      ring(in_->toSender);
       recvs_.pop_front();
       ++recvsCompleted_;
     }

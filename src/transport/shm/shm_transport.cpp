@@ -22,6 +22,7 @@
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "common/params.hpp"
+#include "transport/doorbell.hpp"
 #include "transport/shm/shared_allocation.hpp"
 
 namespace topoccl::transport {
@@ -30,7 +31,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kSegmentMagic = 0x746f706f73686d31ull;  // "toposhm1"
-constexpr uint32_t kLayoutVersion = 4;
+constexpr uint32_t kLayoutVersion = 5;
 constexpr size_t kAlign = 64;                               // cache line; slot payloads are multiples of it
 constexpr auto kLivenessInterval = std::chrono::milliseconds(100);
 constexpr uint64_t kPollsPerClockRead = 64;
@@ -119,6 +120,9 @@ struct SegmentHeader {
   std::atomic<uint32_t> receiverClosed;
   std::atomic<uint32_t> receiverFailed;
   char failureText[200];  // written before receiverFailed
+  // Rung by the sender when it publishes slots (and closes), by the receiver when it releases them.
+  Doorbell receiverBell;
+  Doorbell senderBell;
 };
 
 size_t alignUp(size_t value, size_t alignment) { return (value + alignment - 1) / alignment * alignment; }
@@ -132,7 +136,7 @@ struct SegmentGeometry {
 SegmentGeometry geometryFor(size_t descriptorCount, size_t payloadBytes) {
   SegmentGeometry g{};
   g.descriptorsOffset = alignUp(sizeof(SegmentHeader), kAlign);
-  g.payloadOffset = alignUp(g.descriptorsOffset + descriptorCount * sizeof(SlotDescriptor), kAlign);
+  g.payloadOffset = alignUp(g.descriptorsOffset + descriptorCount * sizeof(SlotDescriptor), 4096);  // on a page of its own
   g.totalBytes = g.payloadOffset + payloadBytes;
   return g;
 }
@@ -301,8 +305,14 @@ class ShmConnection final : public Connection {
 
   ~ShmConnection() override {
     // Tell a peer that is still waiting on us, so it fails fast instead of waiting for our pid.
-    if (in_.header != nullptr) in_.header->receiverClosed.store(1, std::memory_order_release);
-    if (out_.header != nullptr && outAttached_) out_.header->senderClosed.store(1, std::memory_order_release);
+    if (in_.header != nullptr) {
+      in_.header->receiverClosed.store(1, std::memory_order_release);
+      ring(in_.header->senderBell);
+    }
+    if (out_.header != nullptr && outAttached_) {
+      out_.header->senderClosed.store(1, std::memory_order_release);
+      ring(out_.header->receiverBell);
+    }
   }
 
   Ticket postSend(const void* data, size_t bytes) override {
@@ -350,6 +360,19 @@ class ShmConnection final : public Connection {
   int peer() const override { return peerRank_; }
   const char* transportName() const override { return "shm"; }
   std::string describe() const override { return "shm to rank " + std::to_string(peerRank_) + " (pid " + std::to_string(peerPid_) + ") channel " + std::to_string(channel_); }
+
+  bool armDoorbells(std::vector<ArmedDoorbell>& armed) override {
+    if (failure_) return false;
+    if (!recvs_.empty()) {
+      if (!inEstablished_) return false;
+      arm(in_.header->receiverBell, armed);
+    }
+    if (!sends_.empty()) {
+      if (!outEstablished_) return false;
+      arm(out_.header->senderBell, armed);
+    }
+    return true;
+  }
 
   ShmConnectionStats stats() const {
     ShmConnectionStats s;
@@ -580,6 +603,12 @@ class ShmConnection final : public Connection {
 
   // Receiver: apply every slot that has arrived to the posted receives, in order.
   void receiveAvailable() {
+    const uint64_t tailBefore = inTail_;
+    receiveSlots();
+    if (inTail_ != tailBefore) ring(in_.header->senderBell);  // the sender may wait for room or for its buffer
+  }
+
+  void receiveSlots() {
     size_t budget = kCmaBytesPerProgress;
     SegmentHeader* header = in_.header;
     while (!recvs_.empty()) {
@@ -640,6 +669,7 @@ class ShmConnection final : public Connection {
     SegmentHeader* header = in_.header;
     std::snprintf(header->failureText, sizeof(header->failureText), "%s", what.c_str());
     header->receiverFailed.store(1, std::memory_order_release);
+    ring(header->senderBell);
     throwRemoteError(peerName() + onChannel() + ": " + what);
   }
 
@@ -702,6 +732,13 @@ class ShmConnection final : public Connection {
   // The receiver's tail is read only when the FIFO looks full or a CMA send waits for it: each
   // read of it is a cache line that the receiver owns.
   void sendAvailable() {
+    const uint64_t headBefore = outHead_;
+    publishSends();
+    if (outHead_ != headBefore) ring(out_.header->receiverBell);
+    retireCompletedSends();
+  }
+
+  void publishSends() {
     while (nextToPublish_ < sends_.size()) {
       if (outHead_ - outTailSeen_ >= out_.descriptorCount) {
         outTailSeen_ = out_.header->tail.load(std::memory_order_acquire);
@@ -754,7 +791,6 @@ class ShmConnection final : public Connection {
         ++nextToPublish_;
       }
     }
-    retireCompletedSends();
   }
 
   // Where in the payload ring `bytes` contiguous bytes go, or nullopt while the receiver still holds
