@@ -60,6 +60,10 @@ inline const Param<int64_t> kYieldsBeforeSleep{"TOPOCCL_YIELDS_BEFORE_SLEEP", -1
                                                "Idle loops that yield, after the spinning ones, before a rank waiting "
                                                "only on shm or local peers sleeps until one of them moves (futex); "
                                                "-1 = 4096 when the rank has its CPUs to itself, else 256"};
+inline const Param<bool> kFutexWaitv{"TOPOCCL_FUTEX_WAITV", true,
+                                    "A rank asleep on several connections waits on all of them at once (futex_waitv, "
+                                    "Linux 5.16+); 0, or a kernel or seccomp filter without it: it naps on the first "
+                                    "in 50 us turns"};
 inline const Param<int64_t> kStreamingStoresBytes{
     "TOPOCCL_STREAMING_STORES_BYTES", 0,
     "Copies write around the caches (non-temporal stores) when an operation's buffers, times the ranks on the "

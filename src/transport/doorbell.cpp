@@ -9,6 +9,8 @@
 #include <climits>
 #include <ctime>
 
+#include "common/params.hpp"
+
 namespace topoccl::transport {
 namespace {
 
@@ -35,7 +37,8 @@ void wake(Doorbell& bell) {
 void sleepUntilRung(std::vector<ArmedDoorbell>& armed, std::chrono::microseconds timeout) {
   if (armed.empty()) return;
 #ifdef SYS_futex_waitv
-  if (armed.size() > 1 && armed.size() <= FUTEX_WAITV_MAX && !waitvMissing.load(std::memory_order_relaxed)) {
+  if (armed.size() > 1 && armed.size() <= FUTEX_WAITV_MAX && !waitvMissing.load(std::memory_order_relaxed) &&
+      params::kFutexWaitv.get()) {
     futex_waitv waiters[FUTEX_WAITV_MAX];
     for (size_t i = 0; i < armed.size(); ++i) {
       waiters[i] = {};

@@ -89,6 +89,10 @@ TEST_CASE("every collective with ranks asleep at every wait (TOPOCCL_YIELDS_BEFO
 TEST_CASE("every collective with ranks asleep at every wait (TOPOCCL_YIELDS_BEFORE_SLEEP=0) on threads with 4 ranks") {
   runMatrix(RankMode::Threads, 4, false, {{"TOPOCCL_SPIN_POLLS", "1"}, {"TOPOCCL_YIELDS_BEFORE_SLEEP", "0"}});
 }
+TEST_CASE("every collective with ranks asleep at every wait, without futex_waitv, on threads with 4 ranks") {
+  runMatrix(RankMode::Threads, 4, false,
+            {{"TOPOCCL_SPIN_POLLS", "1"}, {"TOPOCCL_YIELDS_BEFORE_SLEEP", "0"}, {"TOPOCCL_FUTEX_WAITV", "0"}});
+}
 // Halving-doubling all-reduce on a power of two and on rank counts that fold ranks in and out, in and out of place.
 TEST_CASE("every collective with NCCL_ALGO=allreduce:hd on shm processes with 4 ranks") {
   runMatrix(RankMode::ProcessesShm, 4, false, {{"NCCL_ALGO", "allreduce:hd"}});

@@ -11,6 +11,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "common/config.hpp"
 #include "transport/doorbell.hpp"
 
 using namespace topoccl::transport;
@@ -100,4 +101,37 @@ TEST_CASE("a bell in shared memory wakes a sleeper in another process") {
   CHECK(slept < 10s);
   CHECK(bell->rings.load() == 1);
   ::munmap(page, sizeof(Doorbell));
+}
+
+TEST_CASE("without futex_waitv a sleeper on several bells naps on the first, in turns of at most 50 us") {
+  topoccl::config::clearOverrides();
+  topoccl::config::setOverride("TOPOCCL_FUTEX_WAITV", "0");  // as on kernels before 5.16 or under a seccomp filter
+  Doorbell first, second;
+  const auto napped = sleepOn({&first, &second}, 30s);  // nobody rings: only the nap's own bound ends it
+  CHECK(napped < 5s);
+  // An engine's loop around it: a peer publishing 20 ms later is seen after some naps, not after 30 s.
+  std::atomic<bool> published{false};
+  std::thread ringer([&] {
+    while (first.sleeping.load() == 0) std::this_thread::yield();
+    std::this_thread::sleep_for(20ms);
+    published = true;
+    ring(second);  // the bell the sleeper does not sleep on
+  });
+  const auto start = Clock::now();
+  int naps = 0;
+  std::vector<ArmedDoorbell> armed;
+  while (!published) {
+    arm(first, armed);
+    arm(second, armed);
+    if (published) {
+      disarm(armed);
+      break;
+    }
+    sleepUntilRung(armed, 30s);
+    ++naps;
+  }
+  ringer.join();
+  CHECK(Clock::now() - start < 10s);
+  CHECK(naps >= 2);
+  topoccl::config::clearOverrides();
 }

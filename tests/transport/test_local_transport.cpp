@@ -272,13 +272,13 @@ TEST_CASE("local transport refuses a second connection on the same channel") {
 TEST_CASE("local ranks asleep on their doorbells are woken by every post and consume of the peer") {
   const uint64_t hash = freshCommHash();
   const std::vector<size_t> sizes = {0, 13, 4096, 65537};
-  // Round 0: rank 0 sleeps while rank 1 starts 30 ms late; round 1 the other way round.
+  // Round 0: rank 0 sleeps while rank 1 starts 100 ms late; round 1 the other way round.
   const auto body = [&](int rank) {
               auto transport = makeLocalTransport({hash, 0, rank, 2});
               auto connection = transport->connect(localPeer(1 - rank), 0);
               for (int round = 0; round < 2; ++round) {
                 const bool sleeper = rank == round;
-                if (!sleeper) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+                if (!sleeper) std::this_thread::sleep_for(std::chrono::milliseconds(100));
                 std::vector<std::vector<unsigned char>> outgoing, incoming(sizes.size());
                 Ticket lastSend = 0, lastRecv = 0;
                 for (size_t i = 0; i < sizes.size(); ++i) {

@@ -726,11 +726,19 @@ int sleepUntilDone(Connection& connection, const std::function<bool()>& done) {
   }
 }
 
-// One side posts everything at once and sleeps until it is done; the other starts 30 ms later and polls.
+// One side posts everything at once and sleeps until it is done; the other starts 100 ms later and polls.
 // Messages: tiny (inside the descriptor), fragments, three laps of the ring, and one at the CMA threshold.
-void sleepyExchange(Connection& connection, int rank, bool sleeper, uint64_t seed) {
+void sleepyExchange(Connection& connection, int rank, bool sleeper, uint64_t seed, bool handshake = false) {
   const std::vector<size_t> sizes = {8, 3000, 3 * kFifo + 17, kCmaThreshold + 5};
-  if (!sleeper) std::this_thread::sleep_for(30ms);
+  if (handshake) {  // connected both ways first: a handshake still under way cannot be slept on
+    unsigned char ping = 1, pong = 0;
+    RecvAction action;
+    action.dst = &pong;
+    const Ticket r = connection.postRecv(action, 1);
+    const Ticket s = connection.postSend(&ping, 1);
+    pollUntil({&connection}, [&] { return connection.recvsCompleted() == r && connection.sendsCompleted() == s; });
+  }
+  if (!sleeper) std::this_thread::sleep_for(100ms);
   std::vector<std::vector<unsigned char>> outgoing, incoming(sizes.size());
   Ticket lastSend = 0, lastRecv = 0;
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -764,7 +772,7 @@ TEST_CASE("shm ranks asleep on their doorbells are woken by every publish and re
   const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
     auto transport = makeShmTransport({hash, 0, 1, 2}, self);
     auto connection = transport->connect(peer, 0);
-    sleepyExchange(*connection, 1, /*sleeper=*/false, seed);  // the parent sleeps first
+    sleepyExchange(*connection, 1, /*sleeper=*/false, seed, /*handshake=*/true);  // the parent sleeps first
     sleepyExchange(*connection, 1, /*sleeper=*/true, seed + 7);
   });
   auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()));
@@ -773,7 +781,7 @@ TEST_CASE("shm ranks asleep on their doorbells are woken by every publish and re
   CHECK(connection->armDoorbells(armed));
   CHECK(armed.empty());  // nothing posted: nothing to wait for
   const auto start = std::chrono::steady_clock::now();
-  CHECK_NOTHROW(sleepyExchange(*connection, 0, /*sleeper=*/true, seed));
+  CHECK_NOTHROW(sleepyExchange(*connection, 0, /*sleeper=*/true, seed, /*handshake=*/true));
   CHECK_NOTHROW(sleepyExchange(*connection, 0, /*sleeper=*/false, seed + 7));
   CHECK(finishChild(child) == "");
   CHECK(std::chrono::steady_clock::now() - start < 20s);  // a lost wake-up sleeps 60 s
