@@ -23,6 +23,7 @@ Execution::Execution(std::string operation, std::vector<ResolvedLane> lanes, ker
   slicesPerStep_ = std::max<size_t>(1, slicesPerStep);
   arena_ = stagingArena ? stagingArena : &ownStaging_;
   stagingOf_.resize(lanes_.size());
+  bounce_.resize(lanes_.size());
   for (size_t l = 0; l < lanes_.size(); ++l) stagingOf_[l].assign(lanes_[l].steps.size(), nullptr);
   placeStaging();
   for (const auto& lane : lanes_)
@@ -50,6 +51,7 @@ void Execution::reset() {
     state.step = 0;
     state.stepStarted = false;
     state.slices = state.slicesPosted = state.slicesDone = 0;
+    state.bounced = {};
   }
   inFlight_.clear();
   moved_ = finished_ = false;
@@ -123,11 +125,21 @@ bool Execution::pumpReceives(size_t laneIndex) {
     transport::RecvAction action;
     action.elementSize = elementSize_;
     action.copy = copy_;
+    const size_t slot = state.slicesPosted % kWindow;
+    state.bounced[slot] = false;
     if (step.kind == StepKind::RecvReduceSend) {
       action.dst = stagingOf_[laneIndex][state.step] + offset;
     } else {
       action.dst = step.dst + offset;
-      if (writeHazard(step.dst + offset, step.dst + offset + length)) break;
+      if (writeHazard(step.dst + offset, step.dst + offset + length)) {
+        if (state.sliceBytes > kMaxBounceSliceBytes) break;  // wait for the send instead
+        std::vector<char>& bounce = bounce_[laneIndex];
+        // Grows only at a step's first bounce: no slice of this step is in a slot yet, and earlier steps are done.
+        if (bounce.size() < kWindow * state.sliceBytes) bounce.resize(kWindow * state.sliceBytes);
+        action.dst = bounce.data() + slot * state.sliceBytes;
+        action.copy = nullptr;  // into a slot that stays in cache
+        state.bounced[slot] = true;
+      }
     }
     if (step.kind == StepKind::RecvReduceSend || step.kind == StepKind::RecvReduceCopy ||
         step.kind == StepKind::RecvReduceCopySend) {
@@ -143,6 +155,14 @@ bool Execution::pumpReceives(size_t laneIndex) {
          lane.recvConn->recvsCompleted() >= state.recvTickets[state.slicesDone % kWindow]) {
     const size_t slice = state.slicesDone;
     const size_t length = sliceLength(state, step, slice);
+    if (state.bounced[slice % kWindow]) {
+      char* dst = step.dst + slice * state.sliceBytes;
+      if (writeHazard(dst, dst + length)) break;  // our send still reads it; the slice waits in its slot
+      const char* from = bounce_[laneIndex].data() + (slice % kWindow) * state.sliceBytes;
+      if (copy_) copy_(dst, from, length);
+      else std::memcpy(dst, from, length);
+      state.bounced[slice % kWindow] = false;
+    }
     if (forwards) {
       const char* base = step.kind == StepKind::RecvReduceSend ? stagingOf_[laneIndex][state.step] : step.dst;
       postSend(lane.sendConn, base + slice * state.sliceBytes, length);
@@ -241,6 +261,43 @@ std::string Execution::describeWaiting() const {
   }
   if (!inFlight_.empty()) out << "\n  " << inFlight_.size() << " sends not yet delivered";
   return out.str();
+}
+
+size_t fuseStagedReceives(std::vector<ResolvedLane>& lanes, const char* scratch, size_t scratchBytes) {
+  if (scratch == nullptr || scratchBytes == 0) return 0;
+  const auto overlaps = [](const char* a, size_t an, const char* b, size_t bn) { return an > 0 && bn > 0 && a < b + bn && b < a + an; };
+  // Whether any step other than lane l's steps i and i + 1 reads or writes [begin, begin + bytes).
+  const auto touchedElsewhere = [&](const char* begin, size_t bytes, size_t l, size_t i) {
+    for (size_t l2 = 0; l2 < lanes.size(); ++l2)
+      for (size_t j = 0; j < lanes[l2].steps.size(); ++j) {
+        if (l2 == l && (j == i || j == i + 1)) continue;
+        const ResolvedStep& s = lanes[l2].steps[j];
+        if (algo::stepReads(s.kind) && overlaps(s.src, s.bytes, begin, bytes)) return true;
+        if (algo::stepWrites(s.kind) && overlaps(s.dst, s.bytes, begin, bytes)) return true;
+      }
+    return false;
+  };
+  size_t fused = 0;
+  for (size_t l = 0; l < lanes.size(); ++l) {
+    auto& steps = lanes[l].steps;
+    for (size_t i = 0; i + 1 < steps.size(); ++i) {
+      ResolvedStep& recv = steps[i];
+      ResolvedStep& copy = steps[i + 1];
+      if (recv.kind != StepKind::Recv || copy.kind != StepKind::Copy || !copy.deps.empty() || recv.bytes == 0 ||
+          copy.bytes != recv.bytes || copy.src != recv.dst)
+        continue;
+      const bool inScratch = recv.dst >= scratch && recv.dst + recv.bytes <= scratch + scratchBytes;
+      if (!inScratch || overlaps(copy.dst, copy.bytes, recv.dst, recv.bytes) || touchedElsewhere(recv.dst, recv.bytes, l, i))
+        continue;
+      recv.dst = copy.dst;
+      copy.kind = StepKind::Nop;  // keeps the step numbers other lanes' dependencies use
+      copy.src = nullptr;
+      copy.dst = nullptr;
+      copy.bytes = 0;
+      ++fused;
+    }
+  }
+  return fused;
 }
 
 bool Execution::armDoorbells(std::vector<transport::ArmedDoorbell>& armed) {

@@ -32,6 +32,14 @@ struct ResolvedLane {
   std::string label;  // for stall reports: "lane 0 (send rank 1, recv rank 3, channel 0)"
 };
 
+// Receives into scratch that a Copy right after them in the lane moves to their real place (the staged
+// in-place plans: all-to-all lands peer blocks in scratch while its sends still read the output) become
+// receives into that place, and the Copy a Nop: the executor's bounce slots (Execution::kMaxBounceSliceBytes)
+// then hold each slice only until the send reading its destination completes, in cache, instead of a
+// whole block in memory and a second pass over it. Only where nothing else of this rank touches that
+// scratch and the Copy waits on nothing else. Returns how many receives it redirected.
+size_t fuseStagedReceives(std::vector<ResolvedLane>& lanes, const char* scratch, size_t scratchBytes);
+
 class Execution {
  public:
   // Shared memory: deep pipelines pay (2-rank all-reduce 1-4 MiB: 6.5-7 -> 9-13 GB/s busbw).
@@ -73,6 +81,10 @@ class Execution {
  private:
   static constexpr size_t kWindow = 4;  // receive slices in flight per lane
   static constexpr size_t kMinSliceBytes = 64 << 10;
+  // A receive slice whose destination a pending send still reads lands in a bounce slot of the lane and is
+  // copied over once the send completes, so the receive never waits on it (an in-place swap with a peer whose
+  // send completes only when read would otherwise wait in a circle). Slices up to this size only.
+  static constexpr size_t kMaxBounceSliceBytes = 4 << 20;
 
   struct InFlightSend {
     transport::Connection* conn;
@@ -89,6 +101,7 @@ class Execution {
     size_t slicesPosted = 0;  // receives posted
     size_t slicesDone = 0;    // receives completed (and forwarded)
     std::array<transport::Ticket, kWindow> recvTickets{};  // slice i's ticket at [i % kWindow]
+    std::array<bool, kWindow> bounced{};                    // slice i landed in bounce slot [i % kWindow]
   };
 
   bool advanceLane(size_t laneIndex);
@@ -112,6 +125,7 @@ class Execution {
   HostArena ownStaging_;
   HostArena* arena_ = nullptr;
   std::vector<std::vector<char*>> stagingOf_;  // [lane][step]
+  std::vector<std::vector<char>> bounce_;      // [lane]: kWindow slots of kMaxBounceSliceBytes at most, made on first use
   kernels::ReduceFn reduce_;
   size_t elementSize_;
   size_t sliceBytes_;

@@ -4,8 +4,10 @@
 #include "support/rank_harness.hpp"
 #include "topoccl/nccl_ext.h"
 
+#include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 using namespace topoccl::test;
 
@@ -117,4 +119,72 @@ TEST_CASE("4 ranks on one host: halving-doubling all-reduce over shm and over TC
   CHECK(runRanks(RankMode::ProcessesTcp, 4, [](int, int, ncclComm_t c) { return expectPlan(c, "halving_doubling"); }).failures == 0);
   CHECK(runRanks(RankMode::ProcessesTcp, 4, [](int, int, ncclComm_t c) { return expectPlan(c, "ring"); },
                  {{"NCCL_ALGO", "allreduce:ring"}}).failures == 0);
+}
+
+// In-place all-to-all receives each peer's block into the very block it is sending that peer. The executor
+// lands a slice in a bounce slot while its own send of that slice is unread and copies it over afterwards;
+// blocks of 16+ slices reuse every slot several times. Values are a hash of (seed, sender, index), so each
+// rank checks what it got against what the sender must have held, without the sender's memory.
+namespace {
+uint32_t blockValue(uint64_t seed, int sender, size_t index) {
+  uint64_t x = seed ^ (static_cast<uint64_t>(sender) << 48) ^ (index * 0x9e3779b97f4a7c15ull);
+  x ^= x >> 31;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 29;
+  return static_cast<uint32_t>(x);
+}
+
+int inPlaceAllToAll(int rank, int nranks, ncclComm_t comm, size_t count, bool sharedBuffer, uint64_t seed) {
+  const size_t total = count * static_cast<size_t>(nranks);
+  std::vector<uint32_t> owned;
+  uint32_t* buffer = nullptr;
+  if (sharedBuffer) {
+    void* p = nullptr;
+    if (ncclMemAlloc(&p, total * sizeof(uint32_t)) != ncclSuccess) return 1;
+    buffer = static_cast<uint32_t*>(p);
+  } else {
+    owned.resize(total);
+    buffer = owned.data();
+  }
+  int failures = 0;
+  for (int round = 0; round < 2; ++round) {  // twice: the second call reuses the execution and its slots
+    const uint64_t roundSeed = seed + static_cast<uint64_t>(round);
+    for (size_t i = 0; i < total; ++i) buffer[i] = blockValue(roundSeed, rank, i);
+    if (ncclAlltoAll(buffer, buffer, count, ncclUint32, comm, nullptr) != ncclSuccess) {
+      ++failures;
+      break;
+    }
+    // Block q now holds block `rank` of rank q's input.
+    size_t wrong = 0;
+    for (int q = 0; q < nranks; ++q)
+      for (size_t i = 0; i < count; ++i)
+        wrong += buffer[static_cast<size_t>(q) * count + i] != blockValue(roundSeed, q, static_cast<size_t>(rank) * count + i);
+    failures += wrong != 0;
+  }
+  if (sharedBuffer) ncclMemFree(buffer);
+  return failures;
+}
+}  // namespace
+
+TEST_CASE("in-place all-to-all of blocks many slices long on threads and shm processes, plain and ncclMemAlloc buffers") {
+  const uint64_t seed = testSeed();
+  INFO("seed " << seed);
+  struct Setup {
+    RankMode mode;
+    int nranks;
+  };
+  for (const Setup setup : {Setup{RankMode::Threads, 2}, Setup{RankMode::Threads, 5}, Setup{RankMode::ProcessesShm, 2},
+                            Setup{RankMode::ProcessesShm, 3}}) {
+    for (size_t count : {size_t{1}, size_t{4099}, size_t{262147}}) {  // 262147 (prime) x 4 B: 16 slices of 64 KiB
+      for (bool shared : {false, true}) {
+        INFO(rankModeName(setup.mode) << ", " << setup.nranks << " ranks, " << count << " x uint32 a block, "
+                                      << (shared ? "ncclMemAlloc" : "malloc") << " buffers");
+        const RunResult result = runRanks(setup.mode, setup.nranks, [&](int rank, int n, ncclComm_t comm) {
+          return inPlaceAllToAll(rank, n, comm, count, shared, seed);
+        });
+        INFO(result.problems);
+        CHECK(result.failures == 0);
+      }
+    }
+  }
 }
