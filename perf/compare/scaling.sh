@@ -9,12 +9,14 @@
 # `make -C perf/compare`), RANKS, REPEAT, SMALL [4K], LARGE [64M], SYSTEMS ["topoccl mpi"], MALLOC_ENV (as in
 # run.sh), OUT [perf/compare/results/scaling-<UTC timestamp>]. Writes raw/*.csv, runs.tsv and table.md.
 #
-# The step count is the algorithm's critical path in message rounds, from topoccl's selection table:
-# below 64 KiB direct on 3-8 ranks (1 round in which each rank receives n-1 messages), recursive
-# doubling otherwise (log2 P rounds, P the largest power of two <= n, plus 2 when n is not a power of
-# two: fold in, fold out); ring above (2(n-1) rounds). With more ranks than the machine's
-# cores the ranks share them, so the large-size time is also given against a CPU model: every rank
-# copies (or reduces) 2(n-1)/n x size, and the cores do that work in turn.
+# The step count is the critical path in message rounds of the plan topoccl ran (all_reduce_perf --predict
+# names it in each row): direct 1 round (each rank receives n-1 messages), recursive doubling log2 P rounds
+# (P the largest power of two <= n, plus 2 when n is not a power of two: fold in, fold out), halving-doubling
+# 2 log2 P (+2), ring 2(n-1). With more ranks than the machine's cores the ranks share them, so the large-size
+# time is also given against a CPU model: every rank copies (or reduces) 2(n-1)/n x size, and the cores do that
+# work in turn. At the small size, sharing makes every call wait for the core's other ranks to be switched in:
+# both benchmarks count their processes' context switches in the timed loop (--switches), given per call and
+# core, and the time divided by them (what one switch costs, plus the call's own work).
 set -u -o pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -49,10 +51,10 @@ mkdir -p "$OUT/raw" "$OUT/logs"
 
 launch() {  # system ranks size repeat
   local system=$1 np=$2 size=$3 rep=$4 iters warm cmd
-  if [ "$size" = "$SMALL" ]; then iters=200; warm=20; else iters=5; warm=2; fi
+  if [ "$size" = "$SMALL" ]; then iters=2000; warm=50; else iters=5; warm=2; fi
   case $system in
-    topoccl) cmd=("$BUILD/perf/all_reduce_perf" -b "$size" -e "$size" -n "$iters" -w "$warm" -c 1 -d float -o sum --csv) ;;
-    mpi) cmd=(--mca btl "vader,self" "$COMPARE_BIN/mpi_perf" --coll all_reduce -b "$size" -e "$size" -n "$iters" -w "$warm" -c 1 --csv) ;;
+    topoccl) cmd=("$BUILD/perf/all_reduce_perf" -b "$size" -e "$size" -n "$iters" -w "$warm" -c 1 -d float -o sum --csv --predict --switches) ;;
+    mpi) cmd=(--mca btl "vader,self" "$COMPARE_BIN/mpi_perf" --coll all_reduce -b "$size" -e "$size" -n "$iters" -w "$warm" -c 1 --csv --switches) ;;
     *) echo "scaling.sh: unknown system $system" >&2; return 1 ;;
   esac
   local name="${system}__np${np}__${size}__r${rep}" start end rc
@@ -77,6 +79,8 @@ python3 - "$OUT" "$(nproc)" <<'PY' | tee "$OUT/table.md"
 import csv, glob, math, os, statistics, sys
 out, cores = sys.argv[1], int(sys.argv[2])
 rows = {}  # (system, np, bytes) -> [(time_us, wrong)]
+plans = {}
+switches = {}
 for path in glob.glob(os.path.join(out, "raw", "*.csv")):
     system = os.path.basename(path).split("__")[0]
     with open(path) as f:
@@ -85,25 +89,39 @@ for path in glob.glob(os.path.join(out, "raw", "*.csv")):
                 continue
             rows.setdefault((system, int(r["nranks"]), int(r["bytes"])), []).append(
                 (float(r["oop_time_us"]), int(float(r["oop_wrong"] or 0))))
+            if r.get("oop_switches_per_call"):  # --switches; runs before it had none
+                switches.setdefault((system, int(r["nranks"]), int(r["bytes"])), []).append(float(r["oop_switches_per_call"]))
+            if r.get("oop_plan"):  # the plan topoccl ran (--predict); runs before it had none
+                plans[(int(r["nranks"]), int(r["bytes"]))] = r["oop_plan"]
 def med(key):
     v = rows.get(key)
     return (statistics.median(t for t, _ in v), min(t for t, _ in v), max(t for t, _ in v), sum(w for _, w in v)) if v else None
 ranks = sorted({k[1] for k in rows})
 sizes = sorted({k[2] for k in rows})
-def algorithm(n, nbytes):  # topoccl's default selection table (src/algorithms/selection.cpp)
+NAMES = {"recursive_doubling": "rd", "halving_doubling": "hd"}
+def algorithm(n, nbytes):
+    if (n, nbytes) in plans:  # what topoccl said it ran
+        return NAMES.get(plans[(n, nbytes)], plans[(n, nbytes)])
+    # older runs: the selection table of their day (src/algorithms/selection.cpp)
     if nbytes < 64 * 1024:
         return "direct" if 3 <= n <= 8 else "rd"
     return "ring"
 def steps(n, nbytes):
     a = algorithm(n, nbytes)
+    p = 1 << (n.bit_length() - 1)  # largest power of two <= n; other ranks fold in first and out last
+    fold = 2 if p != n else 0
     if a == "direct":
         return 1
     if a == "rd":
-        p = 1 << (n.bit_length() - 1)
-        return int(math.log2(p)) + (2 if p != n else 0)
+        return int(math.log2(p)) + fold
+    if a == "hd":  # reduce-scatter by halving, all-gather by doubling
+        return 2 * int(math.log2(p)) + fold
     return 2 * (n - 1)
 def messages(n, nbytes):  # messages each rank receives
     return n - 1 if algorithm(n, nbytes) == "direct" else steps(n, nbytes)
+def switches_per_core(system, n, nbytes):  # medians over repeats, all ranks' switches / the cores they share
+    v = switches.get((system, n, nbytes))
+    return statistics.median(v) / min(n, cores) if v else None
 wrong = sum(v[3] for v in (med(k) for k in rows) if v)
 print(f"# all-reduce vs ranks ({cores} cores; float sum, out of place; medians over repeats, [min-max])\n")
 print(f"Wrong elements over all runs: {wrong}.\n")
@@ -113,11 +131,11 @@ for nbytes in sizes:
     print(f"## {label}\n")
     base = med(("topoccl", ranks[0], nbytes))
     if small:
-        print("| ranks | algorithm | steps (rounds) | messages in per rank | topoccl µs | µs per step | time / 2-rank time | steps / 2-rank steps | OpenMPI µs | topoccl/OpenMPI time |")
-        print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print("| ranks | algorithm | steps (rounds) | messages in per rank | topoccl µs | µs per step | time / 2-rank time | steps / 2-rank steps | context switches per call per core | µs per switch | OpenMPI µs | OpenMPI switches per call per core | topoccl/OpenMPI time |")
+        print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     else:
-        print("| ranks | steps | topoccl ms | busbw GB/s | CPU model ms | time / model | OpenMPI ms | OpenMPI busbw GB/s | busbw topoccl/OpenMPI |")
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print("| ranks | algorithm | steps | topoccl ms | busbw GB/s | CPU model ms | time / model | OpenMPI ms | OpenMPI busbw GB/s | busbw topoccl/OpenMPI |")
+        print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in ranks:
         t = med(("topoccl", n, nbytes)); m = med(("mpi", n, nbytes))
         s = steps(n, nbytes)
@@ -127,7 +145,11 @@ for nbytes in sizes:
         mcell = "" if m is None else (f"{m[0]:.1f}" if small else f"{m[0]/1e3:.1f}")
         if small:
             ratio = "" if m is None else f"{t[0]/m[0]:.2f}"
-            print(f"| {n} | {algorithm(n, nbytes)} | {s} | {messages(n, nbytes)} | {tcell} | {t[0]/s:.2f} | {t[0]/base[0]:.2f} | {s/steps(ranks[0], nbytes):.2f} | {mcell} | {ratio} |")
+            sw = switches_per_core("topoccl", n, nbytes); msw = switches_per_core("mpi", n, nbytes)
+            swcell = "" if sw is None else f"{sw:.2f}"
+            perswitch = "-" if not sw or sw < 0.1 else f"{t[0]/sw:.1f}"  # ranks with cores of their own hardly switch
+            mswcell = "" if msw is None else f"{msw:.2f}"
+            print(f"| {n} | {algorithm(n, nbytes)} | {s} | {messages(n, nbytes)} | {tcell} | {t[0]/s:.2f} | {t[0]/base[0]:.2f} | {s/steps(ranks[0], nbytes):.2f} | {swcell} | {perswitch} | {mcell} | {mswcell} | {ratio} |")
         else:
             bus = lambda us: nbytes / (us * 1e3) * 2 * (n - 1) / n
             # Each rank moves 2(n-1)/n x size through its core; n ranks share min(n, cores) cores. The per-core
@@ -135,7 +157,7 @@ for nbytes in sizes:
             model = base[0] * ((2 * (n - 1) / n) / (2 * (ranks[0] - 1) / ranks[0])) * max(1.0, n / cores) / max(1.0, ranks[0] / cores)
             mb = "" if m is None else f"{bus(m[0]):.2f}"
             ratio = "" if m is None else f"{bus(t[0])/bus(m[0]):.2f}"
-            print(f"| {n} | {s} | {tcell} | {bus(t[0]):.2f} | {model/1e3:.1f} | {t[0]/model:.2f} | {mcell} | {mb} | {ratio} |")
+            print(f"| {n} | {algorithm(n, nbytes)} | {s} | {tcell} | {bus(t[0]):.2f} | {model/1e3:.1f} | {t[0]/model:.2f} | {mcell} | {mb} | {ratio} |")
     print()
 PY
 echo "scaling.sh: wrote $OUT/table.md" >&2

@@ -4,6 +4,7 @@
 #include "topoccl/nccl_ext.h"
 #include <nlohmann/json.hpp>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -41,6 +42,7 @@ struct Options {
   bool csv = false, json = false;
   bool injectError = false;  // perturbs one received element per check: proves the check can fail
   bool predict = false;      // print the cost model's time for the plan that ran (topocclCommPredict)
+  bool switches = false;     // context switches per call of all ranks in the timed loop (getrusage)
   bool gpu = false;          // buffers on the GPU (ncclMemAlloc device memory, a stream per rank), as nccl-tests
   // Accepted for nccl-tests compatibility; they configure GPU-only machinery and change nothing here.
   int parallelInit = 0, streamNull = 0, graph = 0, cputime = 0, localRegister = 0, timestamps = 0, memory = 0;
@@ -214,6 +216,13 @@ std::string fit(double v, int width) {
   std::exit(1);
 }
 
+// Voluntary and involuntary context switches of this process (all its threads) so far.
+long processContextSwitches() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_nvcsw + usage.ru_nivcsw;
+}
+
 struct Row {
   size_t bytes = 0, count = 0;
   std::string type, op;
@@ -222,6 +231,7 @@ struct Row {
   long long wrong[2] = {-1, -1};
   std::string plan[2];                 // --predict: the plan that ran and the model's time for it
   double predictedUs[2] = {0, 0};
+  double switchesPerCall[2] = {-1, -1};  // --switches
 };
 
 class Runner {
@@ -386,17 +396,45 @@ class Runner {
     }
   }
 
+  // One CSV layout for --csv and -J FILE.csv; --predict adds the plan that ran and the model's time for it.
+  std::string csvHeader() const {
+    std::string h = "collective,nranks,bytes,count,type,redop,root,oop_time_us,oop_algbw,oop_busbw,oop_wrong,ip_time_us,ip_algbw,ip_busbw,ip_wrong";
+    if (o_.switches) h += ",oop_switches_per_call,ip_switches_per_call";
+    if (o_.predict) h += ",oop_plan,oop_predicted_us,ip_plan,ip_predicted_us";
+    return h;
+  }
+
+  std::string csvRow(const Row& r) const {
+    char buf[512];
+    std::snprintf(buf, sizeof buf, "%s,%d,%zu,%zu,%s,%s,%d", spec_.name, nranks_, r.bytes, r.count, r.type.c_str(), r.op.c_str(), r.root);
+    std::string row = buf;
+    for (int k = 0; k < 2; ++k) {
+      std::snprintf(buf, sizeof buf, ",%.3f,%.4f,%.4f,%lld", r.time[k], r.algbw[k], r.busbw[k], r.wrong[k]);
+      row += buf;
+    }
+    if (o_.switches) {
+      std::snprintf(buf, sizeof buf, ",%.3f,%.3f", r.switchesPerCall[0], r.switchesPerCall[1]);
+      row += buf;
+    }
+    if (o_.predict)
+      for (int k = 0; k < 2; ++k) {
+        std::string plan = r.plan[k];
+        std::replace(plan.begin(), plan.end(), ',', ';');  // an error message may hold commas
+        std::snprintf(buf, sizeof buf, ",%.1f", r.predictedUs[k]);
+        row += "," + plan + buf;
+      }
+    return row;
+  }
+
   void printRow(const Row& r) {
     if (!printing()) return;
     if (o_.csv) {
       static bool header = false;
       if (!header) {
-        std::printf("collective,nranks,bytes,count,type,redop,root,oop_time_us,oop_algbw,oop_busbw,oop_wrong,ip_time_us,ip_algbw,ip_busbw,ip_wrong\n");
+        std::printf("%s\n", csvHeader().c_str());
         header = true;
       }
-      std::printf("%s,%d,%zu,%zu,%s,%s,%d", spec_.name, nranks_, r.bytes, r.count, r.type.c_str(), r.op.c_str(), r.root);
-      for (int k = 0; k < 2; ++k) std::printf(",%.3f,%.4f,%.4f,%lld", r.time[k], r.algbw[k], r.busbw[k], r.wrong[k]);
-      std::printf("\n");
+      std::printf("%s\n", csvRow(r).c_str());
     } else if (!o_.json) {
       std::printf("%12zu  %12zu  %8s  %6s  %6d", r.bytes, r.count, r.type.c_str(), r.op.c_str(), r.root);
       for (int k = 0; k < 2; ++k) {
@@ -404,6 +442,9 @@ class Runner {
                     r.wrong[k] < 0 ? "N/A" : std::to_string(r.wrong[k]).c_str());
       }
       std::printf("\n");
+      if (o_.switches)  // comment lines, so parsers of nccl-tests output skip them
+        std::printf("#  context switches per call (all ranks): out-of-place %.3f  in-place %.3f\n", r.switchesPerCall[0],
+                    r.switchesPerCall[1]);
       if (o_.predict) {  // a comment line, so parsers of nccl-tests output skip it
         std::printf("#  predicted");
         for (int k = 0; k < 2; ++k) {
@@ -438,6 +479,8 @@ class Runner {
                         {"redop", r.op}, {"root", r.root}, {"oop_time_us", r.time[0]}, {"oop_algbw", r.algbw[0]},
                         {"oop_busbw", r.busbw[0]}, {"oop_wrong", r.wrong[0]}, {"ip_time_us", r.time[1]}, {"ip_algbw", r.algbw[1]},
                         {"ip_busbw", r.busbw[1]}, {"ip_wrong", r.wrong[1]}});
+        if (o_.switches)
+          rows.back().update({{"oop_switches_per_call", r.switchesPerCall[0]}, {"ip_switches_per_call", r.switchesPerCall[1]}});
         if (o_.predict)
           rows.back().update({{"oop_plan", r.plan[0]}, {"oop_predicted_us", r.predictedUs[0]}, {"ip_plan", r.plan[1]},
                               {"ip_predicted_us", r.predictedUs[1]}});
@@ -448,12 +491,8 @@ class Runner {
       if (!o_.output.empty()) std::ofstream(o_.output) << doc.dump(1) << "\n";
     } else if (!o_.output.empty()) {
       std::ofstream out(o_.output);
-      out << "collective,nranks,bytes,count,type,redop,root,oop_time_us,oop_algbw,oop_busbw,oop_wrong,ip_time_us,ip_algbw,ip_busbw,ip_wrong\n";
-      for (const Row& r : rows_) {
-        out << spec_.name << ',' << nranks_ << ',' << r.bytes << ',' << r.count << ',' << r.type << ',' << r.op << ',' << r.root;
-        for (int k = 0; k < 2; ++k) out << ',' << r.time[k] << ',' << r.algbw[k] << ',' << r.busbw[k] << ',' << r.wrong[k];
-        out << '\n';
-      }
+      out << csvHeader() << '\n';
+      for (const Row& r : rows_) out << csvRow(r) << '\n';
     }
     if (!o_.csv && !o_.json) {
       std::printf("# Out of bounds values : %lld %s\n", totalWrong_, totalWrong_ == 0 ? "OK" : "FAILED");
@@ -598,6 +637,7 @@ class Runner {
       syncAll(rc);
       barrierAll(thread);
       double excluded = 0;
+      const long switches0 = thread == 0 ? processContextSwitches() : 0;  // the process's threads run the loop together
       const auto t0 = Clock::now();
       for (int i = 0; i < o_.iters; ++i) {
         iterate(rc, bytes, t, op.op, root, inPlace, thread);
@@ -610,6 +650,7 @@ class Runner {
       }
       syncAll(rc);  // GPU calls return at once; the time is until the streams are done
       const double seconds = std::chrono::duration<double>(Clock::now() - t0).count() - excluded;
+      double switches = thread == 0 ? static_cast<double>(processContextSwitches() - switches0) : 0;
       threadTimes_[static_cast<size_t>(thread)] = seconds / (o_.iters * o_.aggIters);
       if (o_.check > 0) verify(rc, bytes, t, op.op, root, inPlace, thread);
       barrierAll(thread);
@@ -627,6 +668,9 @@ class Runner {
         long long allWrong = 0;
         MPI_Allreduce(&wrong, &allWrong, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
         wrong = allWrong;
+        double allSwitches = 0;
+        MPI_Allreduce(&switches, &allSwitches, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        switches = allSwitches;
         local = sum, worst = mx, best = mn;
 #endif
         const int threadsAll = nprocs_ * o_.threads;
@@ -637,6 +681,7 @@ class Runner {
         row.algbw[k] = algbw;
         row.busbw[k] = algbw * spec_.busFactor(nranks_);
         row.wrong[k] = o_.check > 0 ? wrong : -1;
+        if (o_.switches) row.switchesPerCall[k] = switches / (o_.iters * o_.aggIters);
         totalWrong_ += std::max(0LL, row.wrong[k]);
       }
     }
@@ -737,6 +782,8 @@ int runPerf(const CollectiveSpec& spec, int argc, char** argv) {
   app.add_flag("--json", o.json, "print a JSON document instead of the table");
   app.add_flag("--inject-error", o.injectError, "test the checker: perturb one received element of each check");
   app.add_flag("--gpu", o.gpu, "buffers in GPU memory, a stream per rank (CUDA builds; several ranks may share a GPU)");
+  app.add_flag("--switches", o.switches,
+               "after each row, the context switches per call of all ranks' processes in the timed loop (getrusage)");
   app.add_flag("--predict", o.predict,
                "after each row, the plan that ran, the cost model's time for it and measured/predicted");
   // GPU-only nccl-tests flags, accepted so existing command lines run; host memory has nothing to configure.

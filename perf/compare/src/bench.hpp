@@ -15,8 +15,12 @@
 //           order gives the exact sum); *_wrong = wrong elements summed over ranks, -1 if -c 0.
 // CSV (rank 0, stdout, --csv), identical to the topoccl binaries:
 //   collective,nranks,bytes,count,type,redop,root,oop_time_us,oop_algbw,oop_busbw,oop_wrong,
-//   ip_time_us,ip_algbw,ip_busbw,ip_wrong
+//   ip_time_us,ip_algbw,ip_busbw,ip_wrong[,oop_switches_per_call,ip_switches_per_call]
+// --switches: context switches of all ranks' processes during the timed loop, per call (getrusage), a
+// '#' line after each row of the table, two more CSV columns.
 #pragma once
+
+#include <sys/resource.h>
 
 #include <unistd.h>
 #include <algorithm>
@@ -166,6 +170,7 @@ struct Options {
   size_t step = 1u << 20;
   int iters = 20, warmup = 1, check = 1, root = 0;
   bool csv = false;
+  bool switches = false;  // --switches: context switches per call
   std::string type = "float", op = "sum";
 
   static size_t parseSize(const char* s) {
@@ -201,6 +206,7 @@ struct Options {
     else if (a == "-d" || a == "--datatype") type = next();
     else if (a == "-o" || a == "--op") op = next();
     else if (a == "--csv") csv = true;
+    else if (a == "--switches") switches = true;
     else return false;
     return true;
   }
@@ -228,7 +234,8 @@ inline const char* usageText() {
          "  -f/--stepfactor F | -i/--stepbytes N   (default -i 1M)\n"
          "  -n/--iters N (20)  -w/--warmup_iters N (1)  -c/--check 0|1 (1)  -r/--root R (0)\n"
          "  -d float  -o sum   (the only type and op supported)\n"
-         "  --csv             machine-readable output (rank 0, stdout)\n";
+         "  --csv             machine-readable output (rank 0, stdout)\n"
+         "  --switches        context switches per call of all ranks in the timed loop (getrusage)\n";
 }
 
 inline const char* kCsvHeader =
@@ -238,25 +245,39 @@ inline const char* kCsvHeader =
 struct Result {
   double timeUs = 0;
   long wrong = -1;
+  double switchesPerCall = -1;  // --switches
 };
 
-inline void printRow(bool csv, const CollInfo& ci, int n, size_t count, int root, const Result& oop,
+// Voluntary and involuntary context switches of this process (all its threads) so far.
+inline long contextSwitches() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_nvcsw + u.ru_nivcsw;
+}
+
+inline void printRow(const Options& o, const CollInfo& ci, int n, size_t count, int root, const Result& oop,
                      const Result& ip) {
+  const bool csv = o.csv;
   size_t bytes = reportedBytes(ci.coll, count, n);
   double f = busFactor(ci.coll, n);
   auto bw = [&](double us) { return us > 0 ? (double)bytes / 1e3 / us : 0.0; };  // GB/s
   const char* redop = ci.reduces ? "sum" : "none";
   int rootCol = ci.coll == Coll::Broadcast ? root : -1;
-  if (csv)
-    printf("%s,%d,%zu,%zu,float,%s,%d,%.3f,%.6f,%.6f,%ld,%.3f,%.6f,%.6f,%ld\n", ci.name, n, bytes,
+  if (csv) {
+    printf("%s,%d,%zu,%zu,float,%s,%d,%.3f,%.6f,%.6f,%ld,%.3f,%.6f,%.6f,%ld", ci.name, n, bytes,
            count, redop, rootCol, oop.timeUs, bw(oop.timeUs), bw(oop.timeUs) * f, oop.wrong,
            ip.timeUs, bw(ip.timeUs), bw(ip.timeUs) * f, ip.wrong);
-  else {
+    if (o.switches) printf(",%.3f,%.3f", oop.switchesPerCall, ip.switchesPerCall);
+    printf("\n");
+  } else {
     auto wr = [](long w) { return w < 0 ? std::string("N/A") : std::to_string(w); };
     printf("%12zu  %12zu  %8s  %6s  %6d  %9.2f  %7.3f  %7.3f  %6s  %9.2f  %7.3f  %7.3f  %6s\n",
            bytes, count, "float", redop, rootCol, oop.timeUs, bw(oop.timeUs),
            bw(oop.timeUs) * f, wr(oop.wrong).c_str(), ip.timeUs, bw(ip.timeUs),
            bw(ip.timeUs) * f, wr(ip.wrong).c_str());
+    if (o.switches)
+      printf("#  context switches per call (all ranks): out-of-place %.3f  in-place %.3f\n", oop.switchesPerCall,
+             ip.switchesPerCall);
   }
   fflush(stdout);
   // Let the launcher forward the row now, untimed: on a 2-core host it otherwise preempts the printing
@@ -264,9 +285,10 @@ inline void printRow(bool csv, const CollInfo& ci, int n, size_t count, int root
   usleep(1000);
 }
 
-inline void printTableHeader(bool csv) {
+inline void printTableHeader(const Options& o) {
+  const bool csv = o.csv;
   if (csv) {
-    printf("%s\n", kCsvHeader);
+    printf("%s%s\n", kCsvHeader, o.switches ? ",oop_switches_per_call,ip_switches_per_call" : "");
   } else {
     printf("#%84s%46s\n", "out-of-place", "in-place");
     printf("# %10s  %12s  %8s  %6s  %6s  %9s  %7s  %7s  %6s  %9s  %7s  %7s  %6s\n", "size", "count",

@@ -145,10 +145,14 @@ struct Bench {
     prepare();
     for (int w = 0; w < o.warmup; w++) run();
     barrier();
+    const long switches0 = contextSwitches();
     double t0 = now_s();
     for (int it = 0; it < o.iters; it++) run();
     double perIter = (now_s() - t0) / o.iters;
+    const double switches = static_cast<double>(contextSwitches() - switches0);
     r.timeUs = allSum(perIter) / gSize * 1e6;
+    const double allSwitches = allSum(switches);
+    if (o.switches) r.switchesPerCall = allSwitches / o.iters;
     if (o.check) {
       prepare();
       barrier();
@@ -184,7 +188,7 @@ int runRank(int rank, int size, const std::string& storeDir, const Options& o, c
     fprintf(info, "# gloo_perf %s  nranks %d  gloo %d.%d.%d tcp %s  connectFullMesh %.1f ms  iters %d warmup %d check %d\n",
             ci->name, size, GLOO_VERSION_MAJOR, GLOO_VERSION_MINOR, GLOO_VERSION_PATCH,
             dev->str().c_str(), tConn * 1e3, o.iters, o.warmup, o.check);
-    printTableHeader(o.csv);
+    printTableHeader(o);
   }
   long totalWrong = 0;
   std::vector<size_t> sizes = o.sizes();
@@ -205,7 +209,7 @@ int runRank(int rank, int size, const std::string& storeDir, const Options& o, c
       Result r = b.measure();
       b.release();
       totalWrong += std::max(0L, r.wrong);
-      if (rank == 0) printRow(o.csv, *ci, size, count, o.root, r, r);
+      if (rank == 0) printRow(o, *ci, size, count, o.root, r, r);
       // r.timeUs is the same on every rank (all-reduced), so all ranks stop together
       if (budget > 0 && k + 1 < sizes.size()) {
         double next = r.timeUs * 1e-6 * (double)sizes[k + 1] / (double)sizes[k] *

@@ -63,11 +63,15 @@ Result measure(const CollInfo& ci, const Options& o, float* send, float* recv, s
   prepare(c, send, recv, count, root, inplace);
   for (int w = 0; w < o.warmup; w++) runOnce(c, send, recv, count, root, inplace);
   MPI_Barrier(MPI_COMM_WORLD);
+  const long switches0 = contextSwitches();
   double t0 = now_s();
   for (int it = 0; it < o.iters; it++) runOnce(c, send, recv, count, root, inplace);
   double perIter = (now_s() - t0) / o.iters;
+  double switches = static_cast<double>(contextSwitches() - switches0);
   MPI_Allreduce(MPI_IN_PLACE, &perIter, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &switches, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   r.timeUs = perIter / n * 1e6;
+  if (o.switches) r.switchesPerCall = switches / o.iters;
   if (o.check) {
     prepare(c, send, recv, count, root, inplace);
     MPI_Barrier(MPI_COMM_WORLD);
@@ -117,7 +121,7 @@ int main(int argc, char** argv) {
     fprintf(o.csv ? stderr : stdout,
             "# mpi_perf %s  nranks %d  %s  iters %d warmup %d check %d\n", ci->name, gSize, ver,
             o.iters, o.warmup, o.check);
-    printTableHeader(o.csv);
+    printTableHeader(o);
   }
   // warm-up at the smallest size before any timing (nccl-tests also warms up at the largest; on
   // host memory that only costs time, each size has its own -w warm-up calls)
@@ -135,7 +139,7 @@ int main(int argc, char** argv) {
     Result oop = measure(*ci, o, send, recv, count, false);
     Result ip = ci->coll == Coll::Broadcast ? oop : measure(*ci, o, send, recv, count, true);
     totalWrong += std::max(0L, oop.wrong) + (ci->coll == Coll::Broadcast ? 0 : std::max(0L, ip.wrong));
-    if (gRank == 0) printRow(o.csv, *ci, gSize, count, o.root, oop, ip);
+    if (gRank == 0) printRow(o, *ci, gSize, count, o.root, oop, ip);
   }
   if (gRank == 0)
     fprintf(o.csv ? stderr : stdout, "# Out of bounds values : %ld %s\n", totalWrong,
