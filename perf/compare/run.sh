@@ -28,7 +28,10 @@
 #   CEILINGS [1]           0 skips the memory/TCP probes
 #   SMALL_MAX [64K] LARGE_MIN [16M] size bands; each band is one launch with its own -n/-w (and
 #                          MAXBYTES gets a launch of its own, band "top", when the grid misses it):
-#   ITERS_SMALL [100] WARMUP_SMALL [20] ITERS_MID [50] WARMUP_MID [5] ITERS_LARGE [5] WARMUP_LARGE [2]
+#   ITERS_SMALL [1000] WARMUP_SMALL [50] ITERS_MID [50] WARMUP_MID [5] ITERS_LARGE [5] WARMUP_LARGE [2]
+#   GLOO_ITERS_SMALL [100] GLOO_WARMUP_SMALL [20]
+#                          Gloo's small band: its calls take milliseconds, so 100 already span 20+ ms, while
+#                          100 sub-microsecond calls of the others span less than one context switch
 #   LAT_MAX [64K]          report latency ratios up to this size
 #   GLOO_BUDGET [30]       seconds: Gloo skips sizes projected to take longer (its 4-rank
 #                          alltoall has been measured at ~12 MB/s on this machine kind)
@@ -65,7 +68,8 @@ TCP_COLLS=${TCP_COLLS-all_reduce}
 CEILINGS=${CEILINGS:-1}
 SMALL_MAX=${SMALL_MAX:-64K}
 LARGE_MIN=${LARGE_MIN:-16M}
-ITERS_SMALL=${ITERS_SMALL:-100}; WARMUP_SMALL=${WARMUP_SMALL:-20}
+ITERS_SMALL=${ITERS_SMALL:-1000}; WARMUP_SMALL=${WARMUP_SMALL:-50}
+GLOO_ITERS_SMALL=${GLOO_ITERS_SMALL:-100}; GLOO_WARMUP_SMALL=${GLOO_WARMUP_SMALL:-20}
 ITERS_MID=${ITERS_MID:-50};      WARMUP_MID=${WARMUP_MID:-5}
 ITERS_LARGE=${ITERS_LARGE:-5};   WARMUP_LARGE=${WARMUP_LARGE:-2}
 LAT_MAX=${LAT_MAX:-64K}
@@ -169,6 +173,7 @@ note_load() {
   echo "topoccl: $([ $HAVE_TOPOCCL = 1 ] && echo "$BUILD/perf/*_perf, built $(date -u -r "$BUILD/perf/all_reduce_perf" +%FT%TZ)" || echo "not found ($BUILD/perf/all_reduce_perf)")"
   echo "sizes: ${ALL_SIZES[*]}"
   for b in "${BANDS[@]}"; do echo "band $b: -b ${BAND_B[$b]} -e ${BAND_E[$b]} -f $FACTOR -n ${BAND_N[$b]} -w ${BAND_W[$b]}"; done
+  echo "gloo small band: -n $GLOO_ITERS_SMALL -w $GLOO_WARMUP_SMALL"
   echo "repeat: $REPEAT  nps: $NPS  colls: $COLLS  systems: $SYSTEMS  tcp_colls: $TCP_COLLS"
   echo "mpirun: $MPIRUN $MPIRUN_FLAGS  (mpi: --mca btl vader,self; mpi-tcp: --mca btl tcp,self;"
   echo "        topoccl: $TOPOCCL_MPIRUN_FLAGS; topoccl-tcp: -x NCCL_SHM_DISABLE=1; gloo: FileStore + TCP 127.0.0.1)"
@@ -193,8 +198,10 @@ declare -A GLOO_SKIP   # "np coll rep" -> reason, once Gloo would blow its size 
 launch() {  # system np coll band rep
   local sys=$1 np=$2 coll=$3 band=$4 rep=$5
   local name="${sys}__np${np}__${coll}__${band}__r${rep}"
-  local flags=(-b "${BAND_B[$band]}" -e "${BAND_E[$band]}" -f "$FACTOR" -n "${BAND_N[$band]}"
-               -w "${BAND_W[$band]}" -c 1 -d float -o sum --csv)
+  local iters=${BAND_N[$band]} warmup=${BAND_W[$band]}
+  if [ "$sys" = gloo ] && [ "$band" = small ]; then iters=$GLOO_ITERS_SMALL; warmup=$GLOO_WARMUP_SMALL; fi
+  local flags=(-b "${BAND_B[$band]}" -e "${BAND_E[$band]}" -f "$FACTOR" -n "$iters"
+               -w "$warmup" -c 1 -d float -o sum --csv)
   local cmd=() store=""
   case $sys in
     topoccl|topoccl-tcp)
