@@ -21,19 +21,46 @@ BUS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) 
        "reduce_scatter": lambda n: (n - 1) / n, "alltoall": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
 
 
+BY_REPEAT = {}  # (system, np, coll, bytes) -> {repeat: oop time us}, for the paired ratios
+
+
 def load(run):
     times = {}  # (system, np, coll, bytes) -> [oop time us]; topoccl's in-place broadcast as system "topoccl@ip"
     for path in glob.glob(os.path.join(run, "raw", "*.csv")):
-        system = os.path.basename(path).split("__")[0]
+        parts = os.path.basename(path)[:-len(".csv")].split("__")
+        system, repeat = parts[0], parts[-1]
         with open(path) as f:
             for r in csv.DictReader(line for line in f if not line.startswith("#")):
+                found = []
                 if r.get("oop_time_us"):
-                    key = (system, int(r["nranks"]), r["collective"], int(r["bytes"]))
-                    times.setdefault(key, []).append(float(r["oop_time_us"]))
+                    found.append(((system, int(r["nranks"]), r["collective"], int(r["bytes"])), float(r["oop_time_us"])))
                 if system == "topoccl" and r.get("collective") == "broadcast" and r.get("ip_time_us"):
-                    key = ("topoccl@ip", int(r["nranks"]), r["collective"], int(r["bytes"]))
-                    times.setdefault(key, []).append(float(r["ip_time_us"]))
+                    found.append((("topoccl@ip", int(r["nranks"]), r["collective"], int(r["bytes"])), float(r["ip_time_us"])))
+                for key, us in found:
+                    times.setdefault(key, []).append(us)
+                    BY_REPEAT.setdefault(key, {})[repeat] = us
     return {k: statistics.median(v) for k, v in times.items()}
+
+
+def paired(mine, theirs, n, c, b):
+    """Median of the per-repeat ratios theirs/mine (the systems of one repeat ran back to back, so a slow phase of
+    the machine hits both), or None."""
+    a, o = BY_REPEAT.get((mine, n, c, b), {}), BY_REPEAT.get((theirs, n, c, b), {})
+    ratios = [o[r] / a[r] for r in a if r in o and a[r] > 0]
+    return statistics.median(ratios) if ratios else None
+
+
+def paired_misses(rows, mine, theirs, n, c, bound, higher_is_better=True):
+    """The sizes of rows whose paired ratio misses the bound, as text."""
+    out = []
+    for _, b in sorted(rows, key=lambda x: x[1]):
+        p = paired(mine, theirs, n, c, b)
+        if p is None:
+            continue
+        ratio = p if higher_is_better else 1 / p
+        if (ratio < bound) if higher_is_better else (ratio > bound):
+            out.append(f"{size(b)} ({ratio:.2f})")
+    return ", ".join(out) or "-"
 
 
 def busbw(coll, n, nbytes, us):
@@ -85,9 +112,11 @@ def main():
     out = []
     tcp_notes = []
     out.append(f"Targets of issue 5 against `{a.run}` (medians over repeats, out of place; broadcast against OpenMPI in "
-               "place, the semantics of MPI_Bcast's single buffer).\n")
-    out.append("| target | ranks | collective | worst ratio (size) | sizes missing the target | met |")
-    out.append("|---|---:|---|---:|---|:-:|")
+               "place, the semantics of MPI_Bcast's single buffer). The verdict is on the ratio of the medians; the "
+               "last column gives the sizes that miss by the median of the per-repeat ratios instead (within a repeat "
+               "the systems ran back to back, so a slow phase of the machine hits both).\n")
+    out.append("| target | ranks | collective | worst ratio (size) | sizes missing the target | met | sizes missing, paired |")
+    out.append("|---|---:|---|---:|---|:-:|---|")
     nps = sorted({k[1] for k in t if k[0] == "topoccl"})
     allmet = True
     for goal, other, factor in (("shm busbw >= 1.5x OpenMPI, >= 1 MiB", "mpi", 1.5), ("shm busbw >= 2x Gloo, >= 1 MiB", "gloo", 2.0)):
@@ -104,7 +133,7 @@ def main():
                 misses = [f"{size(b)} ({r:.2f})" for r, b in sorted(rows, key=lambda x: x[1]) if r < factor]
                 met = not misses
                 allmet &= met
-                out.append(f"| {goal} | {n} | {c} | {rows[0][0]:.2f} ({size(rows[0][1])}) | {', '.join(misses) or '-'} | {'yes' if met else 'no'} |")
+                out.append(f"| {goal} | {n} | {c} | {rows[0][0]:.2f} ({size(rows[0][1])}) | {', '.join(misses) or '-'} | {'yes' if met else 'no'} | {paired_misses(rows, mine, other, n, c, factor)} |")
     for n, bound in ((2, 2.0), (4, 1.0)):
         for c in COLLS:
             rows = []
@@ -118,7 +147,7 @@ def main():
             misses = [f"{size(b)} ({r:.2f})" for r, b in sorted(rows, key=lambda x: x[1]) if r > bound]
             met = not misses
             allmet &= met
-            out.append(f"| latency <= {bound:g}x OpenMPI, 8 B-4 KiB | {n} | {c} | {rows[0][0]:.2f} ({size(rows[0][1])}) | {', '.join(misses) or '-'} | {'yes' if met else 'no'} |")
+            out.append(f"| latency <= {bound:g}x OpenMPI, 8 B-4 KiB | {n} | {c} | {rows[0][0]:.2f} ({size(rows[0][1])}) | {', '.join(misses) or '-'} | {'yes' if met else 'no'} | {paired_misses(rows, mine, 'mpi', n, c, bound, higher_is_better=False)} |")
     tcp_bidi = ceiling_of(a.run, "tcp", "bidi_per_direction")
     for n in sorted({k[1] for k in t if k[0] == "topoccl-tcp"}):
         rows = []
@@ -130,7 +159,7 @@ def main():
             misses = [f"{size(b)} ({r:.2f})" for r, b in sorted(rows, key=lambda x: x[1]) if r < 1.2]
             met = not misses
             allmet &= met
-            out.append(f"| TCP all-reduce >= 1.2x OpenMPI TCP, >= 1 MiB | {n} | all_reduce | {rows[0][0]:.2f} ({size(rows[0][1])}) | {', '.join(misses) or '-'} | {'yes' if met else 'no'} |")
+            out.append(f"| TCP all-reduce >= 1.2x OpenMPI TCP, >= 1 MiB | {n} | all_reduce | {rows[0][0]:.2f} ({size(rows[0][1])}) | {', '.join(misses) or '-'} | {'yes' if met else 'no'} | {paired_misses(rows, 'topoccl-tcp', 'mpi-tcp', n, 'all_reduce', 1.2)} |")
             if tcp_bidi:
                 tcp_notes.append(tcp_ceiling_note(t, n, tcp_bidi))
 
