@@ -263,8 +263,8 @@ std::string Execution::describeWaiting() const {
   return out.str();
 }
 
-size_t fuseStagedReceives(std::vector<ResolvedLane>& lanes, const char* scratch, size_t scratchBytes) {
-  if (scratch == nullptr || scratchBytes == 0) return 0;
+size_t fuseStagedReceives(std::vector<ResolvedLane>& lanes, const char* scratch, size_t scratchBytes, size_t maxSliceBytes) {
+  if (scratch == nullptr || scratchBytes == 0 || maxSliceBytes > Execution::kMaxBounceSliceBytes) return 0;
   const auto overlaps = [](const char* a, size_t an, const char* b, size_t bn) { return an > 0 && bn > 0 && a < b + bn && b < a + an; };
   // Whether any step other than lane l's steps i and i + 1 reads or writes [begin, begin + bytes).
   const auto touchedElsewhere = [&](const char* begin, size_t bytes, size_t l, size_t i) {

@@ -34,14 +34,20 @@ struct ResolvedLane {
 
 // Receives into scratch that a Copy right after them in the lane moves to their real place (the staged
 // in-place plans: all-to-all lands peer blocks in scratch while its sends still read the output) become
-// receives into that place, and the Copy a Nop: the executor's bounce slots (Execution::kMaxBounceSliceBytes)
-// then hold each slice only until the send reading its destination completes, in cache, instead of a
-// whole block in memory and a second pass over it. Only where nothing else of this rank touches that
-// scratch and the Copy waits on nothing else. Returns how many receives it redirected.
-size_t fuseStagedReceives(std::vector<ResolvedLane>& lanes, const char* scratch, size_t scratchBytes);
+// receives into that place, and the Copy a Nop: the executor's bounce slots then hold each slice only until
+// the send reading its destination completes, in cache, instead of a whole block in memory and a second
+// pass over it. Only where nothing else of this rank touches that scratch and the Copy waits on nothing else,
+// and only when no slice can exceed a bounce slot (maxSliceBytes <= Execution::kMaxBounceSliceBytes): a
+// larger slice would wait on our own send, which may wait on the peer's receive, which waits the same way.
+// Returns how many receives it redirected.
+size_t fuseStagedReceives(std::vector<ResolvedLane>& lanes, const char* scratch, size_t scratchBytes, size_t maxSliceBytes);
 
 class Execution {
  public:
+  // A receive slice whose destination a pending send still reads lands in a bounce slot of the lane and is
+  // copied over once the send completes, so the receive never waits on it (an in-place swap with a peer whose
+  // send completes only when read would otherwise wait in a circle). Slices up to this size only.
+  static constexpr size_t kMaxBounceSliceBytes = 4 << 20;
   // Shared memory: deep pipelines pay (2-rank all-reduce 1-4 MiB: 6.5-7 -> 9-13 GB/s busbw).
   static constexpr size_t kSlicesPerStep = 16;
   // Sockets: every slice costs syscalls on a CPU-bound loopback or NIC path; 2 slices of up to 512 KiB
@@ -81,10 +87,6 @@ class Execution {
  private:
   static constexpr size_t kWindow = 4;  // receive slices in flight per lane
   static constexpr size_t kMinSliceBytes = 64 << 10;
-  // A receive slice whose destination a pending send still reads lands in a bounce slot of the lane and is
-  // copied over once the send completes, so the receive never waits on it (an in-place swap with a peer whose
-  // send completes only when read would otherwise wait in a circle). Slices up to this size only.
-  static constexpr size_t kMaxBounceSliceBytes = 4 << 20;
 
   struct InFlightSend {
     transport::Connection* conn;

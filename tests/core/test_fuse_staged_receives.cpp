@@ -11,6 +11,8 @@ using algo::StepKind;
 
 namespace {
 
+constexpr size_t kSlice = 512 << 10;  // the default TOPOCCL_SLICE_BYTES
+
 core::ResolvedStep step(StepKind kind, const char* src, char* dst, size_t bytes) {
   core::ResolvedStep s;
   s.kind = kind;
@@ -40,7 +42,7 @@ std::vector<core::ResolvedLane> stagedLane(Buffers& b) {
 TEST_CASE("a receive into scratch that is only copied to the output receives into the output") {
   Buffers b;
   auto lanes = stagedLane(b);
-  CHECK(core::fuseStagedReceives(lanes, b.scr(0), b.scratch.size()) == 1);
+  CHECK(core::fuseStagedReceives(lanes, b.scr(0), b.scratch.size(), kSlice) == 1);
   const auto& steps = lanes[0].steps;
   CHECK(steps[0].kind == StepKind::Send);
   CHECK(steps[1].kind == StepKind::Recv);
@@ -57,36 +59,43 @@ TEST_CASE("receives stay staged where fusing would change what the plan computes
     core::ResolvedLane reader;
     reader.steps = {step(StepKind::Send, b.scr(150), nullptr, 10)};
     lanes.push_back(reader);
-    CHECK(core::fuseStagedReceives(lanes, b.scr(0), b.scratch.size()) == 0);
+    CHECK(core::fuseStagedReceives(lanes, b.scr(0), b.scratch.size(), kSlice) == 0);
     CHECK(lanes[0].steps[1].dst == b.scr(100));
     CHECK(lanes[0].steps[2].kind == StepKind::Copy);
   }
   SECTION("a later step of the same lane writes the scratch") {
     auto lanes = stagedLane(b);
     lanes[0].steps.push_back(step(StepKind::Copy, b.out(0), b.scr(199), 1));
-    CHECK(core::fuseStagedReceives(lanes, b.scr(0), b.scratch.size()) == 0);
+    CHECK(core::fuseStagedReceives(lanes, b.scr(0), b.scratch.size(), kSlice) == 0);
   }
   SECTION("the copy waits on another lane") {
     auto lanes = stagedLane(b);
     lanes[0].steps[2].deps.push_back({1, 0});
-    CHECK(core::fuseStagedReceives(lanes, b.scr(0), b.scratch.size()) == 0);
+    CHECK(core::fuseStagedReceives(lanes, b.scr(0), b.scratch.size(), kSlice) == 0);
   }
   SECTION("the receive lands in the output, not in scratch") {
     auto lanes = stagedLane(b);
     lanes[0].steps[1].dst = b.out(300);
     lanes[0].steps[2].src = b.out(300);
-    CHECK(core::fuseStagedReceives(lanes, b.scr(0), b.scratch.size()) == 0);
+    CHECK(core::fuseStagedReceives(lanes, b.scr(0), b.scratch.size(), kSlice) == 0);
   }
   SECTION("the copy moves only part of what was received, or other bytes") {
     auto lanes = stagedLane(b);
     lanes[0].steps[2].bytes = 50;
-    CHECK(core::fuseStagedReceives(lanes, b.scr(0), b.scratch.size()) == 0);
+    CHECK(core::fuseStagedReceives(lanes, b.scr(0), b.scratch.size(), kSlice) == 0);
     lanes = stagedLane(b);
     lanes[0].steps[2].src = b.scr(101);
-    CHECK(core::fuseStagedReceives(lanes, b.scr(0), b.scratch.size()) == 0);
+    CHECK(core::fuseStagedReceives(lanes, b.scr(0), b.scratch.size(), kSlice) == 0);
   }
   SECTION("no scratch at all") {
     auto lanes = stagedLane(b);
-    CHECK(core::fuseStagedReceives(lanes, nullptr, 0) == 0);
+    CHECK(core::fuseStagedReceives(lanes, nullptr, 0, kSlice) == 0);
+  }
+  SECTION("slices that may not fit a bounce slot") {
+    auto lanes = stagedLane(b);
+    CHECK(core::fuseStagedReceives(lanes, b.scr(0), b.scratch.size(), core::Execution::kMaxBounceSliceBytes + 1) == 0);
+    CHECK(lanes[0].steps[1].dst == b.scr(100));
+    CHECK(lanes[0].steps[2].kind == StepKind::Copy);
+    CHECK(core::fuseStagedReceives(lanes, b.scr(0), b.scratch.size(), core::Execution::kMaxBounceSliceBytes) == 1);
   }
 }
