@@ -1,44 +1,95 @@
 #!/usr/bin/env bash
 # Issue 7's proof on a machine with a GPU, from the bundle scripts/gpu_bundle.sh made (.gpu/, which holds a
-# copy of this script): the GPU tests, the benchmarks on GPU buffers (2 and 4 ranks sharing the GPU, and 1),
-# and PyTorch on topoccl's libnccl.so.2 (and NVIDIA's NCCL at 1 rank for comparison). Logs go to $OUT (the
-# device tool's folder; at most 8 files) or .gpu/out. Usage, from the repository root on that machine:
-#   bash .gpu/gpu_proof.sh
+# copy of this script): the GPU tests, the kernels' bandwidth against the device's copy, the benchmarks on GPU
+# buffers (1, 2 and 4 ranks sharing the GPU), and PyTorch on topoccl's libnccl.so.2 (and NVIDIA's NCCL at 1
+# rank beside it). Device time is scarce: every step has a timeout and the whole run a budget
+# (PROOF_SECONDS, default 330); steps that would start past it are skipped and say so. Logs go to $OUT (the
+# device tool's folder; at most 8 files come back) or .gpu/out. Usage, from the repository root there:
+#   bash .gpu/gpu_proof.sh [steps...]     steps: info kernels bandwidth plans coll-threads torch
+#                                                coll-processes torch-bench perf tune (default: all, in order)
 set -uo pipefail
 cd "$(dirname "$0")"
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=$PWD/lib:${LD_LIBRARY_PATH:-}
 export PYTHONUNBUFFERED=1
-{
-  date -u
-  nvidia-smi -L || echo "nvidia-smi failed"
-  nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv || true
-} >"$OUT/device.txt" 2>&1
+budget=${PROOF_SECONDS:-330}
+begin=$(date +%s)
+summary=$OUT/summary.txt
+: >"$summary"
 
-{
-  for t in test_gpu_kernels test_gpu_plans test_gpu_collectives; do
-    echo "== $t"
-    timeout 900 "bin/$t"
-    echo "== $t: exit $?"
+# step NAME TIMEOUT LOG COMMAND...: runs COMMAND with the smaller of TIMEOUT and what is left of the budget.
+step() {
+  local name=$1 limit=$2 log=$3
+  shift 3
+  local left=$((budget - ($(date +%s) - begin)))
+  if [ "$left" -lt 10 ]; then
+    echo "$name: skipped (budget of ${budget}s spent)" | tee -a "$summary"
+    return
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  local t0=$(date +%s)
+  echo "== $name (timeout ${limit}s): $*" >>"$log"
+  timeout -k 5 "$limit" "$@" >>"$log" 2>&1
+  local rc=$?
+  echo "== $name: exit $rc after $(($(date +%s) - t0))s" >>"$log"
+  echo "$name: exit $rc after $(($(date +%s) - t0))s" | tee -a "$summary"
+}
+
+# PyTorch's own CUDA runtime first: the preloaded libnccl.so.2 then binds to the libcudart torch uses.
+torch_cudart=$(python3 -c "import glob, os, torch; d = os.path.dirname(os.path.dirname(torch.__file__)); \
+print(os.path.dirname((glob.glob(d + '/nvidia/**/libcudart.so.13*', recursive=True) + [''])[0]))" 2>/dev/null)
+torch_env=(env "LD_LIBRARY_PATH=${torch_cudart:+$torch_cudart:}$LD_LIBRARY_PATH" "LD_PRELOAD=$PWD/lib/libnccl.so.2")
+
+want() { [ ${#steps[@]} -eq 0 ] || [[ " ${steps[*]} " == *" $1 "* ]]; }
+steps=("$@")
+
+if want info; then
+  {
+    date -u
+    nvidia-smi -L
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,compute_mode --format=csv
+    nproc
+    python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version())"
+    lib=$(python3 -c "import torch, os; print(os.path.join(os.path.dirname(torch.__file__), 'lib', 'libtorch_cuda.so'))")
+    echo "nccl symbols libtorch_cuda.so needs:"
+    nm -D --undefined-only "$lib" 2>/dev/null | grep -i nccl | tr -s ' ' | tr '\n' ' '
+    echo
+    readelf -d "$lib" 2>/dev/null | grep -E "NEEDED.*nccl|FLAGS"
+    echo "missing from topoccl's libnccl.so.2:"
+    nm -D --defined-only lib/libnccl.so.2 | awk '{print $3}' | sort >/tmp/ours.txt
+    nm -D --undefined-only "$lib" | awk '{print $2}' | grep -E '^nccl' | sort | comm -23 - /tmp/ours.txt
+    echo "torch cudart dir: $torch_cudart"
+    ldd bin/test_gpu_plans | grep -E "cudart|not found"
+  } >"$OUT/device.txt" 2>&1
+fi
+
+want kernels && step kernels 90 "$OUT/tests.log" bin/test_gpu_kernels
+want bandwidth && step bandwidth 40 "$OUT/perf.log" bin/gpu_kernel_bandwidth --bytes 1073741824 --repeats 20
+want plans && step plans 150 "$OUT/tests.log" bin/test_gpu_plans
+want coll-threads && step coll-threads 90 "$OUT/collectives.log" bin/test_gpu_collectives threads
+want torch && step torch 150 "$OUT/torch.log" "${torch_env[@]}" python3 torch_nccl.py
+want coll-processes && step coll-processes 90 "$OUT/collectives.log" bin/test_gpu_collectives processes
+if want torch-bench; then
+  step "torch bench topoccl 2 processes" 120 "$OUT/torch.log" "${torch_env[@]}" python3 torch_nccl.py --bench
+  step "torch bench topoccl 1 process" 60 "$OUT/torch.log" "${torch_env[@]}" python3 torch_nccl.py --bench --world 1
+  step "torch bench NVIDIA NCCL 1 process" 60 "$OUT/torch.log" python3 torch_nccl.py --bench --world 1
+fi
+if want perf; then
+  export TOPOCCL_TIMEOUT_MS=20000  # a hang becomes an error, not a lost run
+  for n in 1 2 4; do
+    step "all_reduce_perf -g $n" 60 "$OUT/perf.log" bin/all_reduce_perf --gpu -g "$n" -b 8 -e 1G -f 4 -n 20 -w 5 -c 1
   done
-} 2>&1 | tee "$OUT/gpu_tests.log"
-
-{
-  for n in 2 4 1; do
-    for p in all_reduce all_gather reduce_scatter alltoall broadcast; do
-      echo "== ${p}_perf --gpu -g $n"
-      timeout 300 "bin/${p}_perf" --gpu -g "$n" -b 8 -e 1G -f 4 -n 20 -w 5 -c 1
-    done
+  for p in all_gather reduce_scatter alltoall broadcast; do
+    step "${p}_perf -g 2" 40 "$OUT/perf.log" "bin/${p}_perf" --gpu -g 2 -b 8 -e 256M -f 8 -n 10 -w 3 -c 1
   done
-} 2>&1 | tee "$OUT/perf_gpu.log"
-
-{
-  echo "== topoccl, 2 processes on GPU 0"
-  LD_PRELOAD=$PWD/lib/libnccl.so.2 timeout 600 python3 torch_nccl.py --bench
-  echo "== topoccl, 1 process"
-  LD_PRELOAD=$PWD/lib/libnccl.so.2 timeout 300 python3 torch_nccl.py --bench --world 1
-  echo "== NVIDIA NCCL, 1 process"
-  timeout 300 python3 torch_nccl.py --bench --world 1
-} 2>&1 | tee "$OUT/torch.log"
-grep -h -E "PASSED|FAILED|skipped" "$OUT"/*.log
+  unset TOPOCCL_TIMEOUT_MS
+fi
+if want tune; then
+  # Lanes and threads per lane of the GPU path's rings, large all-reduce only (no checks: timing).
+  for v in "TOPOCCL_GPU_NCHANNELS=4" "TOPOCCL_GPU_NCHANNELS=16" "TOPOCCL_GPU_NCHANNELS=32" "TOPOCCL_GPU_THREADS=256"; do
+    step "tune $v" 30 "$OUT/perf.log" env "$v" bin/all_reduce_perf --gpu -g 2 -b 16M -e 1G -f 8 -n 20 -w 5 -c 0
+  done
+fi
+echo "total $(($(date +%s) - begin))s" | tee -a "$summary"
+grep -h -E "PASSED|FAILED|skipped|worst|busbw [0-9]" "$OUT"/*.log | head -60

@@ -51,17 +51,26 @@ struct Options {
 
 // Where the benchmark's buffers live. Host: plain memory operations. GPU (--gpu): the CUDA runtime, with the
 // fills and checks staged through host memory, and each rank's stream synchronized where the host waits.
+// Fills wait for the legacy stream they ran on: cudaMemset and a pageable cudaMemcpy may return before the
+// device holds the data, and the collectives run on non-blocking streams that do not wait for it (seen on an
+// H200: a one-rank all-reduce copied half-written inputs at 512 KiB and 2 MiB).
 struct Memory {
   bool gpu = false;
   void zero(void* p, size_t bytes) const {
 #ifdef TOPOCCL_PERF_CUDA
-    if (gpu) return check(cudaMemset(p, 0, bytes), "cudaMemset");
+    if (gpu) {
+      check(cudaMemset(p, 0, bytes), "cudaMemset");
+      return check(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize after cudaMemset");
+    }
 #endif
     std::memset(p, 0, bytes);
   }
   void upload(void* dst, const void* src, size_t bytes) const {
 #ifdef TOPOCCL_PERF_CUDA
-    if (gpu) return check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to the GPU");
+    if (gpu) {
+      check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to the GPU");
+      return check(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize after cudaMemcpy to the GPU");
+    }
 #endif
     std::memcpy(dst, src, bytes);
   }

@@ -134,9 +134,18 @@ struct PendingInit {
   int rank;
   core::CommOptions options;
 };
+// A collective on GPU buffers issued inside a group: enqueued on its stream at ncclGroupEnd, after the GPU
+// paths of every communicator in the group are set up together (one thread may drive several ranks).
+struct PendingGpuCollective {
+  ncclComm* comm;
+  const char* function;
+  core::CollectiveArgs args;
+  cudaStream_t stream;
+};
 struct GroupState {
   int depth = 0;
   std::vector<std::pair<ncclComm*, core::Operation>> operations;
+  std::vector<PendingGpuCollective> gpuCollectives;
   std::vector<PendingInit> inits;
   ncclResult_t firstError = ncclSuccess;
 };
@@ -215,6 +224,11 @@ ncclResult_t enqueueCollective(const char* function, Collective collective, cons
     // GPU buffers go to the stream at once (NCCL's semantics), inside a group or not; host buffers run on the
     // host path. core::gpuAvailable() is false without CUDA or a device, and then no pointer is queried.
     if (core::gpuAvailable() && (core::isGpuPointer(send) || core::isGpuPointer(recv))) {
+      comm->impl->checkGpuBuffers(function, args);
+      if (tlsGroup.depth > 0) {
+        tlsGroup.gpuCollectives.push_back({comm, function, args, stream});
+        return ncclSuccess;
+      }
       comm->impl->enqueueOnGpu(function, args, stream);
       return ncclSuccess;
     }
@@ -609,6 +623,25 @@ TOPOCCL_EXPORT ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindo
   });
 }
 
+// NCCL 2.28's device API (nccl_device.h): device communicators that kernels of the caller's own drive. Not
+// built; the entry points exist because PyTorch links them (a missing symbol stops `import torch`), and a
+// call says so instead of succeeding quietly. The types stay opaque here: nccl_device.h is not ours.
+TOPOCCL_EXPORT ncclResult_t pncclDevCommCreate(ncclComm_t comm, const void* /*requirements*/, void* /*outDevComm*/) {
+  return guarded("ncclDevCommCreate", [&]() -> ncclResult_t {
+    checkComm(comm, "ncclDevCommCreate");
+    throw Error(ncclInvalidUsage, "ncclDevCommCreate: the NCCL device API (device communicators, LSA/GIN) is not "
+                                  "supported by topoccl; use the host collectives on a stream");
+  });
+}
+
+TOPOCCL_EXPORT ncclResult_t pncclDevCommDestroy(ncclComm_t comm, const void* /*devComm*/) {
+  return guarded("ncclDevCommDestroy", [&]() -> ncclResult_t {
+    checkComm(comm, "ncclDevCommDestroy");
+    throw Error(ncclInvalidUsage, "ncclDevCommDestroy: the NCCL device API is not supported by topoccl, so no "
+                                  "device communicator can exist to destroy");
+  });
+}
+
 TOPOCCL_EXPORT ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
                                                       ncclScalarResidence_t residence, ncclComm_t comm) {
   return guarded("ncclRedOpCreatePreMulSum", [&] {
@@ -731,6 +764,36 @@ TOPOCCL_EXPORT ncclResult_t pncclGroupStart() {
   return ncclSuccess;
 }
 
+// Sets up the GPU path of every grouped communicator that has none, concurrently (the set-up is collective
+// over each communicator's ranks, and one thread may drive several of them), then enqueues the collectives
+// in call order. Each set-up runs on the device that holds the call's buffers.
+static void enqueueGroupedGpuCollectives(const std::vector<PendingGpuCollective>& pending) {
+  std::vector<const PendingGpuCollective*> setUp;
+  for (const PendingGpuCollective& p : pending)
+    if (!p.comm->impl->hasGpuPath() &&
+        std::none_of(setUp.begin(), setUp.end(), [&](const PendingGpuCollective* q) { return q->comm == p.comm; }))
+      setUp.push_back(&p);
+  if (setUp.size() == 1) {
+    setUp[0]->comm->impl->ensureGpuPath(core::gpuDeviceOf(setUp[0]->args.recv ? setUp[0]->args.recv : setUp[0]->args.send));
+  } else if (setUp.size() > 1) {
+    std::vector<std::thread> threads;
+    std::vector<std::optional<Error>> errors(setUp.size());
+    for (size_t i = 0; i < setUp.size(); ++i)
+      threads.emplace_back([&, i] {
+        try {
+          const core::CollectiveArgs& a = setUp[i]->args;
+          setUp[i]->comm->impl->ensureGpuPath(core::gpuDeviceOf(a.recv ? a.recv : a.send));
+        } catch (const Error& e) {
+          errors[i] = e;
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (auto& e : errors)
+      if (e) throw *e;
+  }
+  for (const PendingGpuCollective& p : pending) p.comm->impl->enqueueOnGpu(p.function, p.args, p.stream);
+}
+
 static ncclResult_t endGroup(bool simulate, ncclSimInfo_t* simInfo) {
   if (tlsGroup.depth == 0) {
     setLastError("ncclGroupEnd: called without a matching ncclGroupStart");
@@ -739,6 +802,7 @@ static ncclResult_t endGroup(bool simulate, ncclSimInfo_t* simInfo) {
   if (--tlsGroup.depth > 0) return ncclSuccess;
   auto inits = std::move(tlsGroup.inits);
   auto operations = std::move(tlsGroup.operations);
+  auto gpuCollectives = std::move(tlsGroup.gpuCollectives);
   tlsGroup = GroupState{};
   if (simulate) {
     // Nothing runs; the cost model is not wired to the executor yet, so the estimate is undefined.
@@ -763,6 +827,7 @@ static ncclResult_t endGroup(bool simulate, ncclSimInfo_t* simInfo) {
       for (size_t i = 0; i < inits.size(); ++i)
         if (results[i] != ncclSuccess) throw Error(results[i], "grouped init of rank " + std::to_string(inits[i].rank) + ": " + errors[i]);
     }
+    if (!gpuCollectives.empty()) enqueueGroupedGpuCollectives(gpuCollectives);
     if (operations.empty()) return ncclSuccess;
     return runOperationsAndWait(std::move(operations));
   });
@@ -813,5 +878,7 @@ ncclResult_t ncclRecv(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream
 ncclResult_t ncclGroupStart(void) TOPOCCL_ALIAS(ncclGroupStart);
 ncclResult_t ncclGroupEnd(void) TOPOCCL_ALIAS(ncclGroupEnd);
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t*) TOPOCCL_ALIAS(ncclGroupSimulateEnd);
+ncclResult_t ncclDevCommCreate(ncclComm_t, const void*, void*) TOPOCCL_ALIAS(ncclDevCommCreate);
+ncclResult_t ncclDevCommDestroy(ncclComm_t, const void*) TOPOCCL_ALIAS(ncclDevCommDestroy);
 
 }  // extern "C"

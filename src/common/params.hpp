@@ -87,7 +87,13 @@ inline const Param<int64_t> kGpuSlotBytes{"TOPOCCL_GPU_SLOT_BYTES", 128 << 10,
 inline const Param<std::string> kMemAlloc{"TOPOCCL_MEM_ALLOC", "auto",
                                          "What ncclMemAlloc returns: gpu (device memory, as NCCL), host (shared host "
                                          "memory), auto = gpu where a GPU is visible, else host"};
-inline const Param<int64_t> kGpuThreads{"TOPOCCL_GPU_THREADS", 256, "Threads per lane (thread block) of the GPU plan kernel"};
+inline const Param<int64_t> kGpuThreads{"TOPOCCL_GPU_THREADS", 512, "Threads per lane (thread block) of the GPU plan kernel"};
+inline const Param<int64_t> kGpuNChannels{"TOPOCCL_GPU_NCHANNELS", 8,
+                                          "Lanes (thread blocks) per rank of the ring plans that GPU calls of at least "
+                                          "TOPOCCL_GPU_RING_BYTES run: one block alone cannot keep a GPU's memory busy"};
+inline const Param<int64_t> kGpuRingBytes{"TOPOCCL_GPU_RING_BYTES", 256 << 10,
+                                          "Calls on GPU buffers from this size (bytes, as the selection table counts) run "
+                                          "a ring over TOPOCCL_GPU_NCHANNELS lanes where the ring supports the collective"};
 
 // Topology.
 inline const Param<std::string> kTopoFile{"TOPOCCL_TOPO_FILE", "",

@@ -802,9 +802,11 @@ Communicator::SelectedPlan Communicator::selectPlan(const CollectiveArgs& args) 
   // A plan file may cover the call; else the table. In-place is judged the same way on every rank
   // (NCCL requires every rank to call in place or none), so every rank picks the same plan.
   const size_t callBytes = selectionBytes(args, nranks_, elem);
+  selected.callBytes = callBytes;
   const algo::Plan* fromFile = planFileFor(args, callBytes, selected.inPlace);
   if (fromFile) {
     selected.plan = fromFile;
+    selected.fromFile = true;
     return selected;
   }
   // Buffers that cannot alias get the out-of-place variant, which skips the staging through scratch that
@@ -812,11 +814,12 @@ Communicator::SelectedPlan Communicator::selectPlan(const CollectiveArgs& args) 
   // keeps the variant for either; the variants send the same messages, so ranks may differ in this.
   const bool disjoint = !selected.inPlace && buffersDisjoint(args, inBlocks, outBlocks, elem);
   const algo::Placement placement = disjoint ? algo::Placement::OutOfPlace : algo::Placement::Any;
+  selected.placement = placement;
   selected.plan = &planFor(chooseAlgorithm(args.collective, callBytes), args.collective, args.root, placement);
   return selected;
 }
 
-void Communicator::enqueueOnGpu(const char* function, const CollectiveArgs& args, void* stream) {
+void Communicator::checkGpuBuffers(const char* function, const CollectiveArgs& args) const {
   const uint32_t inBlocks = algo::inputBlocks(args.collective, nranks_, rank_, args.root);
   const uint32_t outBlocks = algo::outputBlocks(args.collective, nranks_, rank_, args.root);
   // Only the buffers this rank uses count (a non-root's gather output may be anything).
@@ -827,19 +830,49 @@ void Communicator::enqueueOnGpu(const char* function, const CollectiveArgs& args
                          (sendOnGpu ? "sendbuff is GPU memory but recvbuff is not" : "recvbuff is GPU memory but sendbuff is not") +
                          "; pass both on the GPU or both in host memory");
   if (stopping_.load() || aborted_.load()) throwInvalidUsage("communicator is being destroyed or was aborted");
+}
+
+bool Communicator::hasGpuPath() {
   std::lock_guard lock(gpuMutex_);
-  if (!gpuPath_) {
-    GpuPathContext context;
-    context.rank = rank_;
-    context.nranks = nranks_;
-    context.nchannels = nchannels_;
-    context.peers = peers_;
-    context.timeout = timeout_;
-    context.allGather = [this](void* data, size_t bytes) { bootstrap_->allGather(data, bytes); };
-    gpuPath_ = makeGpuPath(context);
-    gpuPathForAbort_.store(gpuPath_.get());
+  return gpuPath_ != nullptr;
+}
+
+void Communicator::ensureGpuPath(int device) {
+  std::lock_guard lock(gpuMutex_);
+  if (gpuPath_) return;
+  if (device >= 0) gpuSetDevice(device);
+  const int64_t channels = params::kGpuNChannels.get();
+  if (channels < 1 || channels > 32)
+    throwInvalidArgument(std::string(params::kGpuNChannels.name()) + "=" + std::to_string(channels) + " must be 1..32");
+  gpuChannels_ = static_cast<int>(channels);
+  GpuPathContext context;
+  context.rank = rank_;
+  context.nranks = nranks_;
+  context.nchannels = std::max(nchannels_, gpuChannels_);
+  context.peers = peers_;
+  context.timeout = timeout_;
+  context.allGather = [this](void* data, size_t bytes) { bootstrap_->allGather(data, bytes); };
+  gpuPath_ = makeGpuPath(context);
+  gpuPathForAbort_.store(gpuPath_.get());
+}
+
+void Communicator::enqueueOnGpu(const char* function, const CollectiveArgs& args, void* stream) {
+  checkGpuBuffers(function, args);
+  ensureGpuPath(-1);
+  std::lock_guard lock(gpuMutex_);
+  SelectedPlan selected = selectPlan(args);
+  // Large calls: a ring over many lanes, since a GPU needs many thread blocks to move bytes at its rate
+  // (a plan file still wins). Every rank decides alike: the same call size and parameters.
+  if (!selected.fromFile && gpuChannels_ > 1 && nranks_ > 1 && algo::algorithmSupports(algo::Algorithm::Ring, args.collective) &&
+      selected.callBytes >= static_cast<size_t>(std::max<int64_t>(0, params::kGpuRingBytes.get()))) {
+    auto& slot = gpuRingPlans_[{static_cast<int>(args.collective), args.root, static_cast<int>(selected.placement)}];
+    if (!slot) {
+      slot = std::make_unique<algo::Plan>(
+          algo::makePlan(algo::Algorithm::Ring, args.collective, nranks_, args.root, gpuChannels_, selected.placement));
+      algo::validateOrThrow(*slot);
+    }
+    selected.plan = slot.get();
   }
-  const SelectedPlan selected = selectPlan(args);
   gpuPath_->enqueue(*selected.plan, args, selected.inPlace, stream);
 }
 

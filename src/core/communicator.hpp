@@ -93,6 +93,11 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // A collective on GPU buffers: enqueued on `stream` (a cudaStream_t), returns at once. The first such call
   // sets the GPU path up, collectively. Throws on bad input (one buffer on the GPU and the other not, ...).
   void enqueueOnGpu(const char* function, const CollectiveArgs& args, void* stream);
+  // The checks enqueueOnGpu makes before anything is set up or enqueued (for calls deferred to a group's end).
+  void checkGpuBuffers(const char* function, const CollectiveArgs& args) const;
+  // Sets the GPU path up (collective over the ranks) on `device` (-1: the calling thread's), once.
+  void ensureGpuPath(int device);
+  bool hasGpuPath();
 
   // Queues a group of operations that progress together; returns at once.
   std::shared_ptr<Work> submit(std::vector<Operation> operations);
@@ -151,6 +156,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   struct SelectedPlan {
     const algo::Plan* plan = nullptr;
     bool inPlace = false;
+    bool fromFile = false;  // a plan file (MSCCL_XML_FILES) covers the call
+    algo::Placement placement = algo::Placement::Any;
+    size_t callBytes = 0;  // as the selection table counts
   };
   // The plan every rank runs for this call: a plan file's, else the selection table's.
   SelectedPlan selectPlan(const CollectiveArgs& args);
@@ -206,6 +214,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::map<std::pair<int, int>, std::unique_ptr<transport::Connection>> connections_;
   std::set<transport::Transport*> usedTransports_;
   std::map<std::tuple<int, int, int, int>, std::unique_ptr<algo::Plan>> plans_;  // algorithm, collective, root, placement
+  // The GPU path's many-lane rings (TOPOCCL_GPU_NCHANNELS), by collective, root, placement.
+  std::map<std::tuple<int, int, int>, std::unique_ptr<algo::Plan>> gpuRingPlans_;
+  int gpuChannels_ = 1;
   std::vector<algo::Plan> planFiles_;  // MSCCL_XML_FILES for this rank count, validated, in file order; then
                                        // TOPOCCL_SYNTHESIZE's plans
   HostArena scratch_;

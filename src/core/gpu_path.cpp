@@ -30,6 +30,8 @@ bool gpuAvailable() { return false; }
 bool isGpuPointer(const void*) { return false; }
 void* gpuAllocate(size_t) { throwInvalidUsage("GPU memory was asked for (TOPOCCL_MEM_ALLOC=gpu) but this topoccl was built without CUDA"); }
 bool gpuFree(void*) { return false; }
+int gpuDeviceOf(const void*) { return -1; }
+void gpuSetDevice(int) {}
 std::unique_ptr<GpuPath> makeGpuPath(const GpuPathContext&) {
   throwInvalidUsage("GPU buffers need a topoccl built with CUDA (nvcc was not found when this one was configured)");
 }
@@ -47,6 +49,7 @@ void check(cudaError_t status, const std::string& what) {
 
 constexpr uint32_t kMaxLanes = 64;
 constexpr size_t kImageSlots = 8;  // launches in flight per communicator before the host waits for the oldest
+constexpr size_t kInitialImageBytes = 64 << 10;  // pinned per image slot; a 64-rank ring's plan needs about 20 KiB
 
 // What each rank tells the others about its receiving FIFOs.
 struct FifoExchange {
@@ -59,19 +62,22 @@ struct FifoExchange {
   uint64_t llWordsPerSlot;
 };
 
-// A device buffer that only grows; growing waits for the device, since launches in flight may use it.
+// A device buffer that only grows, in stream order (cudaMallocAsync/cudaFreeAsync): cudaFree and
+// cudaDeviceSynchronize wait for the whole device, and where ranks are threads of one process a peer's
+// kernel that waits for this rank's next launch would never finish (NCCL's cudaFree hang). The caller has
+// ordered `stream` after every launch that may still use the old buffer.
 class DeviceArena {
  public:
   ~DeviceArena() {
-    if (data_) cudaFree(data_);
+    if (data_) cudaFreeAsync(data_, cudaStreamPerThread);
   }
-  char* reserve(size_t bytes) {
+  char* reserve(size_t bytes, cudaStream_t stream) {
     if (bytes <= capacity_) return data_;
-    check(cudaDeviceSynchronize(), "waiting for the GPU before growing a work buffer");
-    if (data_) cudaFree(data_);
+    if (data_) check(cudaFreeAsync(data_, stream), "freeing a work buffer (cudaFreeAsync)");
     data_ = nullptr;
     capacity_ = 0;
-    check(cudaMalloc(reinterpret_cast<void**>(&data_), bytes), "cudaMalloc of a " + std::to_string(bytes) + "-byte work buffer");
+    check(cudaMallocAsync(reinterpret_cast<void**>(&data_), bytes, stream),
+          "cudaMallocAsync of a " + std::to_string(bytes) + "-byte work buffer");
     capacity_ = bytes;
     return data_;
   }
@@ -169,7 +175,13 @@ class CudaGpuPath final : public GpuPath {
         opened_[static_cast<size_t>(q)] = true;
       }
     }
-    for (auto& slot : slots_) check(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming), "cudaEventCreate");
+    for (auto& slot : slots_) {
+      check(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming), "cudaEventCreate");
+      // Pinned now, while no launch of a peer in this process can be waiting on us (see DeviceArena).
+      check(cudaHostAlloc(reinterpret_cast<void**>(&slot.host), kInitialImageBytes, cudaHostAllocDefault), "cudaHostAlloc of a plan image");
+      slot.hostCapacity = kInitialImageBytes;
+    }
+    check(cudaEventCreateWithFlags(&singleRankDone_, cudaEventDisableTiming), "cudaEventCreate");
     watchdog_ = std::thread([this] { watch(); });
     TOPOCCL_INFO(log::kInit, "GPU path: rank %d on GPU %d, %llu-slot FIFOs of %llu bytes, %d channel(s), %u threads a lane",
                  context.rank, device_, static_cast<unsigned long long>(geometry_.slotCount),
@@ -192,13 +204,17 @@ class CudaGpuPath final : public GpuPath {
     }
     stop_.store(true);
     if (watchdog_.joinable()) watchdog_.join();
-    cudaDeviceSynchronize();
+    // Our launches only (they run in order); not the device, which other ranks of this process may use.
+    if (lastDone_) cudaEventSynchronize(lastDone_);
     for (auto& w : watched_) cudaEventDestroy(w.event);
+    if (singleRankDone_) cudaEventDestroy(singleRankDone_);
     for (auto& slot : slots_) {
       if (slot.done) cudaEventDestroy(slot.done);
       if (slot.host) cudaFreeHost(slot.host);
-      if (slot.device) cudaFree(slot.device);
+      if (slot.device) cudaFreeAsync(slot.device, cudaStreamPerThread);
     }
+    for (char* host : retiredHost_) cudaFreeHost(host);
+    cudaStreamSynchronize(cudaStreamPerThread);
     for (size_t q = 0; q < peerBlocks_.size(); ++q)
       if (opened_[q]) cudaIpcCloseMemHandle(peerBlocks_[q]);
     if (receiveBlock_) cudaFree(receiveBlock_);
@@ -223,9 +239,20 @@ class CudaGpuPath final : public GpuPath {
     const uint32_t outBlocks = algo::outputBlocks(c, n, rank, args.root);
     const char* input = static_cast<const char*>(args.send);
     char* output = static_cast<char*>(args.recv);
+    // Launches of one communicator run in call order whatever streams they are on: they share the FIFO
+    // counters, the lane counters and the work buffers (which the copies and reallocations below touch).
+    if (lastStream_ != nullptr && lastStream_ != stream) check(cudaStreamWaitEvent(stream, lastDone_, 0), "ordering after the previous launch");
+    if (n == 1) {
+      // One rank: every collective (sum, prod, max, min) is its input; out of place, one device copy.
+      if (output != input) check(cudaMemcpyAsync(output, input, args.count * elem, cudaMemcpyDeviceToDevice, stream), "copying a one-rank collective");
+      check(cudaEventRecord(singleRankDone_, stream), "cudaEventRecord");
+      lastDone_ = singleRankDone_;
+      lastStream_ = stream;
+      return;
+    }
     if (inPlace && !plan.inPlace && inBlocks > 0) {
       // The plan needs its input apart from its output: copy it first, on the same stream.
-      char* copy = inputCopy_.reserve(inBlocks * args.count * elem);
+      char* copy = inputCopy_.reserve(inBlocks * args.count * elem, stream);
       check(cudaMemcpyAsync(copy, input, inBlocks * args.count * elem, cudaMemcpyDeviceToDevice, stream), "copying the input");
       input = copy;
     } else if (!inPlace && !plan.outOfPlace) {
@@ -233,7 +260,7 @@ class CudaGpuPath final : public GpuPath {
     }
     (void)outBlocks;
     const size_t scratchSize = scratchBytes(plan, args.count, elem);
-    const PlanBuffers buffers{input, output, scratchSize ? scratch_.reserve(scratchSize) : nullptr, args.count, elem};
+    const PlanBuffers buffers{input, output, scratchSize ? scratch_.reserve(scratchSize, stream) : nullptr, args.count, elem};
     const uint64_t callBytes = args.count * elem;
     const kernels::DeviceProtocol protocol = chooseProtocol(callBytes, lowLatencyBytes_, allowedProtocols_);
     const LoweredPlan lowered = lowerPlan(
@@ -246,14 +273,20 @@ class CudaGpuPath final : public GpuPath {
     ImageSlot& slot = slots_[nextSlot_++ % kImageSlots];
     if (slot.used) check(cudaEventSynchronize(slot.done), "waiting for an earlier launch");
     const size_t imageBytes = deviceImageBytes(lowered);
-    if (imageBytes > slot.capacity) {
-      if (slot.host) cudaFreeHost(slot.host);
-      if (slot.device) cudaFree(slot.device);
+    if (imageBytes > slot.hostCapacity) {
+      // Rare (a plan of many steps): freeing pinned memory may wait for the device, so the old buffer is kept.
+      retiredHost_.push_back(slot.host);
       slot.host = nullptr;
+      slot.hostCapacity = 0;
+      const size_t grown = std::max(imageBytes, 2 * kInitialImageBytes);
+      check(cudaHostAlloc(reinterpret_cast<void**>(&slot.host), grown, cudaHostAllocDefault), "cudaHostAlloc of a plan image");
+      slot.hostCapacity = grown;
+    }
+    if (imageBytes > slot.capacity) {
+      if (slot.device) check(cudaFreeAsync(slot.device, stream), "cudaFreeAsync of a plan image");
       slot.device = nullptr;
       slot.capacity = 0;
-      check(cudaHostAlloc(reinterpret_cast<void**>(&slot.host), imageBytes, cudaHostAllocDefault), "cudaHostAlloc of a plan image");
-      check(cudaMalloc(reinterpret_cast<void**>(&slot.device), imageBytes), "cudaMalloc of a plan image");
+      check(cudaMallocAsync(reinterpret_cast<void**>(&slot.device), imageBytes, stream), "cudaMallocAsync of a plan image");
       slot.capacity = imageBytes;
     }
     kernels::DevicePlan header;
@@ -265,9 +298,6 @@ class CudaGpuPath final : public GpuPath {
     header.status = deviceFlags_ + 1;
     writeDeviceImage(lowered, header, slot.host, reinterpret_cast<uintptr_t>(slot.device));
 
-    // Launches of one communicator run in call order whatever streams they are on: they share the FIFO
-    // counters and lane counters.
-    if (lastStream_ != nullptr && lastStream_ != stream) check(cudaStreamWaitEvent(stream, lastDone_, 0), "ordering after the previous launch");
     check(cudaMemcpyAsync(slot.device, slot.host, imageBytes, cudaMemcpyHostToDevice, stream), "uploading the plan");
     const cudaError_t launched = kernels::launchPlan(args.type, args.reduce.op, reduces,
                                                      reinterpret_cast<const kernels::DevicePlan*>(slot.device),
@@ -298,7 +328,8 @@ class CudaGpuPath final : public GpuPath {
  private:
   struct ImageSlot {
     cudaEvent_t done = nullptr;
-    char* host = nullptr;
+    char* host = nullptr;  // pinned
+    size_t hostCapacity = 0;
     char* device = nullptr;
     size_t capacity = 0;
     bool used = false;
@@ -384,10 +415,12 @@ class CudaGpuPath final : public GpuPath {
   DeviceArena scratch_;
   DeviceArena inputCopy_;
   std::array<ImageSlot, kImageSlots> slots_{};
+  std::vector<char*> retiredHost_;  // outgrown pinned image buffers, freed with the communicator
   size_t nextSlot_ = 0;
   uint64_t launches_ = 0;
   cudaStream_t lastStream_ = nullptr;
   cudaEvent_t lastDone_ = nullptr;
+  cudaEvent_t singleRankDone_ = nullptr;  // one-rank communicators copy instead of launching
   mutable std::mutex mutex_;
   std::deque<Watched> watched_;
   std::string failure_;
@@ -418,15 +451,31 @@ bool isGpuPointer(const void* pointer) {
   return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
 }
 
+// Stream-ordered, on this thread's own stream: cudaFree would wait for the whole device, including a peer
+// rank's kernel (ranks as threads of one process) that waits for this rank's next call.
+int gpuDeviceOf(const void* pointer) {
+  if (pointer == nullptr || !gpuAvailable()) return -1;
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, pointer) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged ? attributes.device : -1;
+}
+
+void gpuSetDevice(int device) { check(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")"); }
+
 void* gpuAllocate(size_t bytes) {
   void* pointer = nullptr;
-  check(cudaMalloc(&pointer, bytes), "cudaMalloc of " + std::to_string(bytes) + " bytes of GPU memory");
+  check(cudaMallocAsync(&pointer, bytes, cudaStreamPerThread), "cudaMallocAsync of " + std::to_string(bytes) + " bytes of GPU memory");
+  check(cudaStreamSynchronize(cudaStreamPerThread), "cudaMallocAsync of " + std::to_string(bytes) + " bytes of GPU memory");
   return pointer;
 }
 
 bool gpuFree(void* pointer) {
   if (!isGpuPointer(pointer)) return false;
-  cudaFree(pointer);
+  check(cudaFreeAsync(pointer, cudaStreamPerThread), "cudaFreeAsync");
+  check(cudaStreamSynchronize(cudaStreamPerThread), "cudaFreeAsync");
   return true;
 }
 

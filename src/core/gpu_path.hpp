@@ -28,6 +28,9 @@ bool gpuAvailable();
 bool isGpuPointer(const void* pointer);
 // ncclMemAlloc / ncclMemFree on a machine with a GPU: device memory.
 void* gpuAllocate(size_t bytes);
+// The device that holds `pointer` (-1: not GPU memory, or no GPU); makes `device` the calling thread's.
+int gpuDeviceOf(const void* pointer);
+void gpuSetDevice(int device);
 bool gpuFree(void* pointer);  // false: not GPU memory (the caller frees it otherwise)
 
 struct GpuPathContext {

@@ -9,12 +9,27 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/reduce_ops.hpp"
 
 namespace topoccl::kernels {
 
 inline constexpr size_t kPackBytes = 16;
+// Packs a worker loads before it stores any: one GPU thread block with one load in flight per thread moves
+// only a few GB/s (memory latency over 4-8 KiB in flight); four keep four times the bytes in flight.
+inline constexpr size_t kPacksInFlight = 4;
+
+// Before sm_89 fp8 converts in software, and four packs in flight make its max/min plan kernels spill
+// (sm_80: 8 bytes at the 128-register cap of 512 threads); one pack at a time does not.
+template <class T>
+TOPOCCL_HD constexpr size_t packsInFlightFor() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
+  return std::is_same_v<T, Float8E4M3> || std::is_same_v<T, Float8E5M2> ? 1 : kPacksInFlight;
+#else
+  return kPacksInFlight;
+#endif
+}
 
 struct alignas(kPackBytes) Pack16 {
   uint32_t words[4];
@@ -73,7 +88,25 @@ TOPOCCL_HD inline void reduceShare(T* dst, const T* a, const T* b, size_t count,
   auto* dstPacks = reinterpret_cast<Pack16*>(dst + split.head);
   const auto* aPacks = reinterpret_cast<const Pack16*>(a + split.head);
   const auto* bPacks = reinterpret_cast<const Pack16*>(b + split.head);
-  for (size_t p = worker; p < split.packs; p += workers) dstPacks[p] = reducePack<T, Op>(aPacks[p], bPacks[p]);
+  size_t p = worker;
+  // All loads of a group before its stores: dst may alias a or b, but only at the same index, which the
+  // same worker reads before it writes.
+  constexpr size_t kInFlight = packsInFlightFor<T>();
+  for (; p + (kInFlight - 1) * workers < split.packs; p += kInFlight * workers) {
+    Pack16 x[kInFlight], y[kInFlight];
+#ifdef __CUDA_ARCH__
+#pragma unroll
+#endif
+    for (size_t k = 0; k < kInFlight; ++k) {
+      x[k] = aPacks[p + k * workers];
+      y[k] = bPacks[p + k * workers];
+    }
+#ifdef __CUDA_ARCH__
+#pragma unroll
+#endif
+    for (size_t k = 0; k < kInFlight; ++k) dstPacks[p + k * workers] = reducePack<T, Op>(x[k], y[k]);
+  }
+  for (; p < split.packs; p += workers) dstPacks[p] = reducePack<T, Op>(aPacks[p], bPacks[p]);
   const size_t tailBegin = split.head + split.packs * (kPackBytes / sizeof(T));
   for (size_t i = tailBegin + worker; i < count; i += workers) dst[i] = op(a[i], b[i]);
 }
@@ -87,7 +120,19 @@ TOPOCCL_HD inline void copyShare(void* dst, const void* src, size_t bytes, size_
   for (size_t i = worker; i < split.head; i += workers) out[i] = in[i];
   auto* outPacks = reinterpret_cast<Pack16*>(out + split.head);
   const auto* inPacks = reinterpret_cast<const Pack16*>(in + split.head);
-  for (size_t p = worker; p < split.packs; p += workers) outPacks[p] = inPacks[p];
+  size_t p = worker;
+  for (; p + (kPacksInFlight - 1) * workers < split.packs; p += kPacksInFlight * workers) {
+    Pack16 x[kPacksInFlight];
+#ifdef __CUDA_ARCH__
+#pragma unroll
+#endif
+    for (size_t k = 0; k < kPacksInFlight; ++k) x[k] = inPacks[p + k * workers];
+#ifdef __CUDA_ARCH__
+#pragma unroll
+#endif
+    for (size_t k = 0; k < kPacksInFlight; ++k) outPacks[p + k * workers] = x[k];
+  }
+  for (; p < split.packs; p += workers) outPacks[p] = inPacks[p];
   for (size_t i = split.head + split.packs * kPackBytes + worker; i < bytes; i += workers) out[i] = in[i];
 }
 

@@ -126,18 +126,73 @@ using Float8E4M3Format = NarrowFloatFormat<4, 3, /*IeeeSpecials=*/false, /*Satur
 // Conversions to and from float, round to nearest even. fp8 saturates to its largest finite value
 // (inf inputs included), as NCCL's satfinite conversions do; NaN stays NaN everywhere.
 
-TOPOCCL_HD inline float toFloat(Half h) { return detail::HalfFormat::decode(h.bits); }
-TOPOCCL_HD inline float toFloat(Float8E5M2 h) { return detail::Float8E5M2Format::decode(h.bits); }
-TOPOCCL_HD inline float toFloat(Float8E4M3 h) { return detail::Float8E4M3Format::decode(h.bits); }
+// On the GPU the conversions are single cvt instructions (the formats' rounding is the same: nearest even,
+// fp8 satfinite), where the bit-level versions cost a reduce kernel 40-70% of its bandwidth (H200, 2026-11-26).
+// fp8 cvt exists from sm_89; NaN inputs keep the bit-level path so the NaN's sign survives as on the host.
+#if defined(__CUDA_ARCH__)
+namespace detail {
+__device__ inline float halfBitsToFloat(uint16_t bits) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(bits));
+  return f;
+}
+}  // namespace detail
+#endif
+
+TOPOCCL_HD inline float toFloat(Half h) {
+#if defined(__CUDA_ARCH__)
+  return detail::halfBitsToFloat(h.bits);
+#else
+  return detail::HalfFormat::decode(h.bits);
+#endif
+}
+TOPOCCL_HD inline float toFloat(Float8E5M2 h) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint32_t pair;
+  asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(pair) : "h"(static_cast<uint16_t>(h.bits)));
+  return detail::halfBitsToFloat(static_cast<uint16_t>(pair));
+#else
+  return detail::Float8E5M2Format::decode(h.bits);
+#endif
+}
+TOPOCCL_HD inline float toFloat(Float8E4M3 h) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint32_t pair;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(pair) : "h"(static_cast<uint16_t>(h.bits)));
+  return detail::halfBitsToFloat(static_cast<uint16_t>(pair));
+#else
+  return detail::Float8E4M3Format::decode(h.bits);
+#endif
+}
 TOPOCCL_HD inline float toFloat(BFloat16 h) { return detail::bitCast<float>(static_cast<uint32_t>(h.bits) << 16); }
 
 TOPOCCL_HD inline Half halfFromFloat(float f) {
+#if defined(__CUDA_ARCH__)
+  uint16_t bits;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(bits) : "f"(f));
+  return Half{f != f ? static_cast<uint16_t>(detail::HalfFormat::encode(f)) : bits};
+#else
   return Half{static_cast<uint16_t>(detail::HalfFormat::encode(f))};
+#endif
 }
 TOPOCCL_HD inline Float8E5M2 float8E5M2FromFloat(float f) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  if (f == f) {
+    uint16_t pair;
+    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"(f));
+    return Float8E5M2{static_cast<uint8_t>(pair)};
+  }
+#endif
   return Float8E5M2{static_cast<uint8_t>(detail::Float8E5M2Format::encode(f))};
 }
 TOPOCCL_HD inline Float8E4M3 float8E4M3FromFloat(float f) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  if (f == f) {
+    uint16_t pair;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"(f));
+    return Float8E4M3{static_cast<uint8_t>(pair)};
+  }
+#endif
   return Float8E4M3{static_cast<uint8_t>(detail::Float8E4M3Format::encode(f))};
 }
 TOPOCCL_HD inline BFloat16 bfloat16FromFloat(float f) {

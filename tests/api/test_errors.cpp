@@ -212,3 +212,17 @@ TEST_CASE("host memory from ncclMemAlloc works in collectives") {
   CHECK(ncclCommDestroy(comm) == ncclSuccess);
   CHECK(ncclMemFree(p) == ncclSuccess);
 }
+
+// PyTorch (2.11, NCCL 2.28 headers) links the device API's host entry points: without them `import torch`
+// fails with an undefined symbol. They exist, and a call says the device API is not supported.
+extern "C" ncclResult_t ncclDevCommCreate(ncclComm_t comm, const void* requirements, void* outDevComm);
+extern "C" ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const void* devComm);
+
+TEST_CASE("the NCCL device API entry points exist and refuse by name") {
+  TwoRanks two;
+  char requirements[256] = {};
+  char devComm[256] = {};
+  EXPECT_ERROR(ncclDevCommCreate(two.comms[0], requirements, devComm), ncclInvalidUsage, "ncclDevCommCreate", "device API");
+  EXPECT_ERROR(ncclDevCommDestroy(two.comms[0], devComm), ncclInvalidUsage, "ncclDevCommDestroy", "device API");
+  EXPECT_ERROR(ncclDevCommCreate(nullptr, requirements, devComm), ncclInvalidArgument, "ncclDevCommCreate", "comm");
+}

@@ -75,6 +75,8 @@ int checkAll(int rank, int n, ncclComm_t comm) {
       for (size_t i = 0; i < in; ++i) host[i] = inputValue(rank, i);
       cudaMemcpy(send, host.data(), in * 4, cudaMemcpyHostToDevice);
       cudaMemset(recv, 0xff, (out + 1) * 4);
+      // The fills ran on the legacy stream, which the rank's non-blocking stream does not wait for.
+      cudaStreamSynchronize(cudaStreamLegacy);
       // Twice back to back on the stream, then one synchronize: the calls return before the GPU is done.
       ncclResult_t r = issue(call, send, recv, count, comm, stream);
       if (r == ncclSuccess) r = issue(call, send, recv, count, comm, stream);
@@ -103,6 +105,7 @@ int checkAll(int rank, int n, ncclComm_t comm) {
     std::vector<float> host(count);
     for (size_t i = 0; i < count; ++i) host[i] = inputValue(rank, i);
     cudaMemcpy(buffer, host.data(), count * 4, cudaMemcpyHostToDevice);
+    cudaStreamSynchronize(cudaStreamLegacy);
     if (ncclAllReduce(buffer, buffer, count, ncclFloat, ncclSum, comm, stream) != ncclSuccess) fail("in-place allreduce");
     cudaStreamSynchronize(stream);
     cudaMemcpy(host.data(), buffer, count * 4, cudaMemcpyDeviceToHost);
@@ -124,12 +127,22 @@ int checkAll(int rank, int n, ncclComm_t comm) {
 // names the collective and the timeout.
 int peerNeverCalls(int rank, int n, ncclComm_t comm) {
   cudaSetDevice(0);
-  if (rank == n - 1) return 0;
   cudaStream_t stream = nullptr;
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   void* buffer = nullptr;
   ncclMemAlloc(&buffer, 4096);
   int failures = 0;
+  // One call by everyone first: the GPU path is set up (collectively) and works.
+  if (ncclAllReduce(buffer, buffer, 1024, ncclFloat, ncclSum, comm, stream) != ncclSuccess ||
+      cudaStreamSynchronize(stream) != cudaSuccess) {
+    std::printf("FAILED: rank %d: the all-reduce every rank called failed: %s\n", rank, ncclGetLastError(comm));
+    ++failures;
+  }
+  if (rank == n - 1) {
+    ncclMemFree(buffer);
+    cudaStreamDestroy(stream);
+    return failures;
+  }
   if (ncclAllReduce(buffer, buffer, 1024, ncclFloat, ncclSum, comm, stream) != ncclSuccess) ++failures;
   cudaStreamSynchronize(stream);  // returns once the watchdog aborted the kernel
   ncclResult_t state = ncclSuccess;
@@ -148,7 +161,10 @@ int peerNeverCalls(int rank, int n, ncclComm_t comm) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a run killed by a timeout still shows how far it got
+  // Optional: "threads" or "processes" runs that mode alone (the watchdog check runs with "threads").
+  const std::string only = argc > 1 ? argv[1] : "";
   // No CUDA call before the forks: a child cannot use a CUDA context its parent created.
   if (access("/dev/nvidiactl", F_OK) != 0) {
     std::printf("skipped: no GPU\n");
@@ -158,14 +174,17 @@ int main() {
   int failures = 0;
   for (RankMode mode : {RankMode::ProcessesShm, RankMode::Threads})
     for (int n : {2, 3, 4}) {
+      if ((only == "threads" && mode != RankMode::Threads) || (only == "processes" && mode == RankMode::Threads)) continue;
       const auto result = topoccl::test::runRanks(mode, n, checkAll, {{"TOPOCCL_TIMEOUT_MS", "30000"}}, 900);
       std::printf("%s, %d ranks on one GPU: %d failures %s\n", topoccl::test::rankModeName(mode), n, result.failures,
                   result.problems.c_str());
       failures += result.failures;
     }
-  const auto stuck = topoccl::test::runRanks(RankMode::Threads, 3, peerNeverCalls, {{"TOPOCCL_TIMEOUT_MS", "3000"}}, 120);
-  std::printf("a peer that never calls: %d failures %s\n", stuck.failures, stuck.problems.c_str());
-  failures += stuck.failures;
+  if (only != "processes") {
+    const auto stuck = topoccl::test::runRanks(RankMode::Threads, 3, peerNeverCalls, {{"TOPOCCL_TIMEOUT_MS", "3000"}}, 120);
+    std::printf("a peer that never calls: %d failures %s\n", stuck.failures, stuck.problems.c_str());
+    failures += stuck.failures;
+  }
   std::printf("%s\n", failures == 0 ? "gpu collectives: PASSED" : "FAILED");
   return failures == 0 ? 0 : 1;
 }

@@ -31,6 +31,7 @@ inline bool ok(cudaError_t status, const std::string& what) {
 inline constexpr int kSkipped = 77;
 inline std::optional<uint64_t> startGpuTest(int* devices) {
   *devices = 0;
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a run killed by a timeout still shows how far it got
   if (cudaGetDeviceCount(devices) != cudaSuccess || *devices == 0) {
     std::printf("skipped: no GPU\n");
     return std::nullopt;
