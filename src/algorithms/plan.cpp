@@ -60,7 +60,7 @@ bool stepWrites(StepKind k) noexcept {
          k == StepKind::RecvReduceCopySend || k == StepKind::Copy || k == StepKind::Reduce;
 }
 
-ElementRange chunkElements(const Plan& plan, size_t blockCount, uint32_t chunk) noexcept {
+ElementRange chunkElements(const Plan& plan, size_t blockCount, uint32_t chunk, size_t align) noexcept {
   const uint64_t cpb = plan.chunksPerBlock;
   const uint64_t block = chunk / cpb;
   const uint64_t part = chunk % cpb;
@@ -68,18 +68,23 @@ ElementRange chunkElements(const Plan& plan, size_t blockCount, uint32_t chunk) 
   // product that is divided is rest * p < cpb^2, which fits in 64 bits (cpb < 2^32).
   const uint64_t whole = blockCount / cpb;
   const uint64_t rest = blockCount % cpb;
-  const auto partStart = [&](uint64_t p) { return static_cast<size_t>(whole * p + (rest * p) / cpb); };
+  const size_t step = align == 0 ? 1 : align;
+  const auto partStart = [&](uint64_t p) {
+    if (p >= cpb) return blockCount;
+    const auto start = static_cast<size_t>(whole * p + (rest * p) / cpb);
+    return start / step * step;
+  };
   const size_t base = static_cast<size_t>(block) * blockCount;
   return {base + partStart(part), base + partStart(part + 1)};
 }
 
-ElementRange rangeElements(const Plan& plan, size_t blockCount, const ChunkRange& range) noexcept {
+ElementRange rangeElements(const Plan& plan, size_t blockCount, const ChunkRange& range, size_t align) noexcept {
   if (range.count == 0) {
-    const ElementRange at = chunkElements(plan, blockCount, range.offset);
+    const ElementRange at = chunkElements(plan, blockCount, range.offset, align);
     return {at.begin, at.begin};
   }
-  const ElementRange first = chunkElements(plan, blockCount, range.offset);
-  const ElementRange last = chunkElements(plan, blockCount, range.offset + range.count - 1);
+  const ElementRange first = chunkElements(plan, blockCount, range.offset, align);
+  const ElementRange last = chunkElements(plan, blockCount, range.offset + range.count - 1, align);
   return {first.begin, last.end};
 }
 

@@ -136,9 +136,12 @@ LoweredPlan lowerPlan(const algo::Plan& plan, int rank, const PlanBuffers& buffe
   // Rounds: enough that the largest chunk's part fits a slot. Chunks only depend on the plan and the count,
   // so every rank computes the same number.
   uint64_t largestChunk = 0;
+  const size_t align = chunkAlignElements(buffers.elementSize);
   for (uint32_t part = 0; part < plan.chunksPerBlock; ++part)
-    largestChunk = std::max<uint64_t>(largestChunk, algo::chunkElements(plan, buffers.count, part).size());
-  const uint64_t payload = slotPayloadBytes(protocol, geometry);
+    largestChunk = std::max<uint64_t>(largestChunk, algo::chunkElements(plan, buffers.count, part, align).size());
+  // The interpreter cuts a chunk's rounds on 16-byte boundaries too (LaneInterpreter::roundSliceStart), which can grow a
+  // slice by up to 16 bytes past an even share; 32 bytes of slack keep every slice within a slot.
+  const uint64_t payload = slotPayloadBytes(protocol, geometry) - 32;
   lowered.rounds = std::max<uint64_t>(1, (largestChunk * buffers.elementSize + payload - 1) / payload);
 
   const auto& program = plan.ranks[static_cast<size_t>(rank)];

@@ -7,7 +7,7 @@
 namespace topoccl::core {
 
 ResolvedRange resolveRange(const algo::Plan& plan, const algo::ChunkRange& range, const PlanBuffers& buffers, int rank) {
-  const algo::ElementRange elements = algo::rangeElements(plan, buffers.count, range);
+  const algo::ElementRange elements = algo::rangeElements(plan, buffers.count, range, chunkAlignElements(buffers.elementSize));
   ResolvedRange resolved;
   resolved.bytes = elements.size() * buffers.elementSize;
   char* base = nullptr;

@@ -22,6 +22,12 @@ struct ResolvedRange {
   size_t bytes = 0;
 };
 
+// Elements a chunk boundary is a multiple of (algo::chunkElements): 16 bytes' worth where the element size
+// divides 16, so chunks start where vector loads and stores can.
+inline size_t chunkAlignElements(size_t elementSize) {
+  return elementSize != 0 && 16 % elementSize == 0 ? 16 / elementSize : 1;
+}
+
 // The memory of `range` on `rank`. A non-empty range in a buffer the rank lacks is an internal error
 // (the plan is wrong for this call), named with the plan.
 ResolvedRange resolveRange(const algo::Plan& plan, const algo::ChunkRange& range, const PlanBuffers& buffers, int rank);

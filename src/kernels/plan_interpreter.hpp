@@ -147,7 +147,7 @@ class LaneInterpreter {
     for (uint32_t g = 0; g < step.segmentCount; ++g) {
       const DeviceSegment& segment = plan_.segments[step.segmentBegin + g];
       const uint64_t elements = segment.bytes / plan_.elementSize;
-      const uint64_t first = round * elements / plan_.rounds, last = (round + 1) * elements / plan_.rounds;
+      const uint64_t first = roundSliceStart(elements, round), last = roundSliceStart(elements, round + 1);
       const uint64_t offset = first * plan_.elementSize, n = (last - first) * plan_.elementSize;
       if (n == 0) continue;  // both ends of a connection cut the same chunk alike, so both skip it
       const char* src = segment.src ? segment.src + offset : nullptr;
@@ -169,6 +169,15 @@ class LaneInterpreter {
       }
     }
     return true;
+  }
+
+  // Where round `round` of a chunk of `elements` elements starts: an even share, cut on a 16-byte boundary
+  // (relative to the chunk, which starts on one: core::chunkAlignElements) so the slice moves in packs.
+  // Both ends of a connection cut the same chunk alike.
+  TOPOCCL_HD uint64_t roundSliceStart(uint64_t elements, uint64_t round) const {
+    if (round >= plan_.rounds) return elements;
+    const uint64_t align = plan_.elementSize != 0 && 16 % plan_.elementSize == 0 ? 16 / plan_.elementSize : 1;
+    return round * elements / plan_.rounds / align * align;
   }
 
   // Worker 0 waits for the incoming slice and a free outgoing slot; everyone moves their share.

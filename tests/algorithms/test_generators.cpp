@@ -285,6 +285,32 @@ TEST_CASE("chunkElements splits blocks exactly, even for huge counts") {
   CHECK(mid.begin == (((uint64_t{1} << 40) + 5) * 3) / 7);
 }
 
+TEST_CASE("chunkElements with an alignment: boundaries on its multiples, still an exact split") {
+  std::mt19937_64 rng(std::random_device{}());
+  for (uint32_t cpb : {1u, 3u, 16u, 24u, 64u}) {
+    Plan plan;
+    plan.chunksPerBlock = cpb;
+    for (size_t align : {size_t{1}, size_t{2}, size_t{4}, size_t{16}}) {
+      const size_t drawn = std::uniform_int_distribution<size_t>(0, size_t{1} << 22)(rng);
+      for (size_t count : {size_t{0}, size_t{1}, size_t{15}, size_t{16} * cpb - 1, size_t{1048579}, drawn, (size_t{1} << 40) + 5}) {
+        INFO("cpb " << cpb << ", align " << align << ", count " << count);
+        size_t expectedBegin = 0;
+        for (uint32_t chunk = 0; chunk < 2 * cpb; ++chunk) {
+          const ElementRange e = chunkElements(plan, count, chunk, align);
+          REQUIRE(e.begin == expectedBegin);
+          REQUIRE(e.end >= e.begin);
+          const size_t blockBase = (chunk / cpb) * count;
+          if (chunk % cpb != 0) REQUIRE((e.begin - blockBase) % align == 0);
+          // Never more than an even share plus the alignment: no chunk swallows its neighbours.
+          REQUIRE(e.size() <= count / cpb + 1 + align);
+          expectedBegin = e.end;
+        }
+        REQUIRE(expectedBegin == 2 * count);
+      }
+    }
+  }
+}
+
 TEST_CASE("mutated plans: whatever the validator accepts computes the right numbers") {
   std::mt19937_64 rng(2024);
   const auto pick = [&](size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng); };
