@@ -20,6 +20,8 @@
 #include <cuda_runtime_api.h>
 
 #include "kernels/cuda_plan.hpp"
+#include "kernels/cuda_reduce.hpp"
+#include "kernels/host_reduce.hpp"
 #endif
 
 namespace topoccl::core {
@@ -229,9 +231,9 @@ class CudaGpuPath final : public GpuPath {
     auto stream = static_cast<cudaStream_t>(streamHandle);
     const algo::Collective c = args.collective;
     const bool reduces = c == algo::Collective::AllReduce || c == algo::Collective::ReduceScatter || c == algo::Collective::Reduce;
-    if (reduces && !kernels::isKernelOp(args.reduce.op))
+    if (reduces && !kernels::isKernelOp(args.reduce.op) && args.reduce.op != ReduceOp::Avg && args.reduce.op != ReduceOp::PreMulSum)
       throwInvalidArgument(std::string(algo::collectiveName(c)) + " on GPU buffers: operator " + reduceOpName(args.reduce.op) +
-                           " is not supported on the GPU path yet (sum, prod, max and min are)");
+                           " is not supported on the GPU path");
     if (args.count == 0) return;
     const size_t elem = dataTypeSize(args.type);
     const int rank = context_.rank, n = context_.nranks;
@@ -239,26 +241,49 @@ class CudaGpuPath final : public GpuPath {
     const uint32_t outBlocks = algo::outputBlocks(c, n, rank, args.root);
     const char* input = static_cast<const char*>(args.send);
     char* output = static_cast<char*>(args.recv);
+    // Lower the reduction as the host path does: PreMulSum and floating Avg scale each input once up front
+    // (into the input copy), integer Avg sums and divides the result; the plan kernel sees Sum/Prod/Max/Min.
+    ReduceOp op = reduces ? args.reduce.op : ReduceOp::Sum;
+    unsigned char hostScalar[8] = {};
+    std::memcpy(hostScalar, args.reduce.scalar, sizeof(hostScalar));
+    const void* deviceScalar = nullptr;
+    if (op == ReduceOp::Avg && isFloatingPoint(args.type)) {
+      kernels::reciprocalScalar(args.type, static_cast<uint64_t>(n), hostScalar);
+      op = ReduceOp::PreMulSum;
+    } else if (op == ReduceOp::PreMulSum && args.reduce.scalarPointer != nullptr) {
+      // ncclScalarDevice: read on the device when the scale runs; a host pointer is read now.
+      if (isGpuPointer(args.reduce.scalarPointer)) deviceScalar = args.reduce.scalarPointer;
+      else std::memcpy(hostScalar, args.reduce.scalarPointer, elem);
+    }
+    const ReduceOp kernelOp = op == ReduceOp::PreMulSum || op == ReduceOp::Avg ? ReduceOp::Sum : op;
     // Launches of one communicator run in call order whatever streams they are on: they share the FIFO
     // counters, the lane counters and the work buffers (which the copies and reallocations below touch).
     if (lastStream_ != nullptr && lastStream_ != stream) check(cudaStreamWaitEvent(stream, lastDone_, 0), "ordering after the previous launch");
     if (n == 1) {
-      // One rank: every collective (sum, prod, max, min) is its input; out of place, one device copy.
-      if (output != input) check(cudaMemcpyAsync(output, input, args.count * elem, cudaMemcpyDeviceToDevice, stream), "copying a one-rank collective");
+      // One rank: the result is the input (PreMulSum: scaled; an Avg over one rank is the value itself).
+      if (op == ReduceOp::PreMulSum)
+        check(kernels::launchScale(args.type, output, input, args.count, hostScalar, deviceScalar, stream), "scaling a one-rank PreMulSum");
+      else if (output != input)
+        check(cudaMemcpyAsync(output, input, args.count * elem, cudaMemcpyDeviceToDevice, stream), "copying a one-rank collective");
       check(cudaEventRecord(singleRankDone_, stream), "cudaEventRecord");
       lastDone_ = singleRankDone_;
       lastStream_ = stream;
       return;
     }
-    if (inPlace && !plan.inPlace && inBlocks > 0) {
+    const size_t inputBytes = static_cast<size_t>(inBlocks) * args.count * elem;
+    if (op == ReduceOp::PreMulSum && inBlocks > 0) {
+      char* scaled = inputCopy_.reserve(inputBytes, stream);
+      check(kernels::launchScale(args.type, scaled, input, static_cast<size_t>(inBlocks) * args.count, hostScalar, deviceScalar, stream),
+            "scaling the input (PreMulSum)");
+      input = scaled;
+    } else if (inPlace && !plan.inPlace && inBlocks > 0) {
       // The plan needs its input apart from its output: copy it first, on the same stream.
-      char* copy = inputCopy_.reserve(inBlocks * args.count * elem, stream);
-      check(cudaMemcpyAsync(copy, input, inBlocks * args.count * elem, cudaMemcpyDeviceToDevice, stream), "copying the input");
+      char* copy = inputCopy_.reserve(inputBytes, stream);
+      check(cudaMemcpyAsync(copy, input, inputBytes, cudaMemcpyDeviceToDevice, stream), "copying the input");
       input = copy;
     } else if (!inPlace && !plan.outOfPlace) {
       throwInternalError("plan '" + plan.name + "' for " + algo::collectiveName(c) + " supports only in-place buffers");
     }
-    (void)outBlocks;
     const size_t scratchSize = scratchBytes(plan, args.count, elem);
     const PlanBuffers buffers{input, output, scratchSize ? scratch_.reserve(scratchSize, stream) : nullptr, args.count, elem};
     const uint64_t callBytes = args.count * elem;
@@ -299,10 +324,13 @@ class CudaGpuPath final : public GpuPath {
     writeDeviceImage(lowered, header, slot.host, reinterpret_cast<uintptr_t>(slot.device));
 
     check(cudaMemcpyAsync(slot.device, slot.host, imageBytes, cudaMemcpyHostToDevice, stream), "uploading the plan");
-    const cudaError_t launched = kernels::launchPlan(args.type, args.reduce.op, reduces,
+    const cudaError_t launched = kernels::launchPlan(args.type, kernelOp, reduces,
                                                      reinterpret_cast<const kernels::DevicePlan*>(slot.device),
                                                      static_cast<uint32_t>(lowered.lanes.size()), threads_, stream);
     check(launched, std::string("launching ") + algo::collectiveName(c) + " (" + plan.name + ")");
+    if (op == ReduceOp::Avg && outBlocks > 0)  // integer Avg: the sum divided by the ranks, truncated
+      check(kernels::launchDivide(args.type, output, output, static_cast<size_t>(outBlocks) * args.count, static_cast<uint64_t>(n), stream),
+            "dividing the sum (integer Avg)");
     check(cudaEventRecord(slot.done, stream), "cudaEventRecord");
     slot.used = true;
     lastDone_ = slot.done;

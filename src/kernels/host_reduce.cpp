@@ -91,29 +91,11 @@ void scaleArrays(void* dst, const void* src, size_t count, T scalar) {
   }
 }
 
-// Integer division truncating toward zero, done on magnitudes in the type's unsigned width so the
-// most negative value and divisors wider than the type need no special cases. (x86 has no SIMD
-// integer division, so this loop stays scalar; integer Avg is rare.)
+// Integer division truncating toward zero (divideTowardZero, shared with the GPU). x86 has no SIMD integer
+// division, so this loop stays scalar; integer Avg is rare.
 template <class T>
 void divideIntegers(T* dst, const T* src, size_t count, uint64_t divisor) {
-  using Unsigned = std::make_unsigned_t<T>;
-  if (divisor > std::numeric_limits<Unsigned>::max()) {  // larger than any magnitude: all zero
-    for (size_t i = 0; i < count; ++i) dst[i] = 0;
-    return;
-  }
-  const auto narrowDivisor = static_cast<Unsigned>(divisor);
-  for (size_t i = 0; i < count; ++i) {
-    const T value = src[i];
-    if constexpr (std::is_signed_v<T>) {
-      const bool negative = value < 0;
-      const auto magnitude = static_cast<Unsigned>(negative ? Unsigned(0) - static_cast<Unsigned>(value)
-                                                            : static_cast<Unsigned>(value));
-      const auto quotient = static_cast<Unsigned>(magnitude / narrowDivisor);
-      dst[i] = static_cast<T>(negative ? static_cast<Unsigned>(Unsigned(0) - quotient) : quotient);
-    } else {
-      dst[i] = static_cast<T>(value / narrowDivisor);
-    }
-  }
+  for (size_t i = 0; i < count; ++i) dst[i] = divideTowardZero<T>(src[i], divisor);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -111,6 +111,32 @@ TOPOCCL_HD inline void reduceShare(T* dst, const T* a, const T* b, size_t count,
   for (size_t i = tailBegin + worker; i < count; i += workers) dst[i] = op(a[i], b[i]);
 }
 
+// Worker `worker` of `workers` computes its share of dst[i] = src[i] * scalar, i < count (PreMulSum's
+// prescale; the product rounds like ProdOp, as the host's hostScale). dst may alias src exactly.
+template <class T>
+TOPOCCL_HD inline void scaleShare(T* dst, const T* src, T scalar, size_t count, size_t worker, size_t workers) {
+  const PackSplit split = splitForPacks(dst, src, src, count, sizeof(T));
+  const ProdOp<T> multiply{};
+  for (size_t i = worker; i < split.head; i += workers) dst[i] = multiply(src[i], scalar);
+  union Broadcast {
+    Pack16 pack;
+    T elements[kPackBytes / sizeof(T)];
+  } broadcast;
+  for (size_t k = 0; k < kPackBytes / sizeof(T); ++k) broadcast.elements[k] = scalar;
+  auto* dstPacks = reinterpret_cast<Pack16*>(dst + split.head);
+  const auto* srcPacks = reinterpret_cast<const Pack16*>(src + split.head);
+  for (size_t p = worker; p < split.packs; p += workers) dstPacks[p] = reducePack<T, ProdOp<T>>(srcPacks[p], broadcast.pack);
+  const size_t tailBegin = split.head + split.packs * (kPackBytes / sizeof(T));
+  for (size_t i = tailBegin + worker; i < count; i += workers) dst[i] = multiply(src[i], scalar);
+}
+
+// Worker `worker` of `workers` computes its share of dst[i] = src[i] / divisor truncated toward zero (integer
+// Avg's last step). Integer types only. dst may alias src exactly.
+template <class T>
+TOPOCCL_HD inline void divideShare(T* dst, const T* src, uint64_t divisor, size_t count, size_t worker, size_t workers) {
+  for (size_t i = worker; i < count; i += workers) dst[i] = divideTowardZero<T>(src[i], divisor);
+}
+
 // Worker `worker` of `workers` copies its share of `bytes` bytes (no overlap), in packs where src and dst
 // share their offset modulo 16.
 TOPOCCL_HD inline void copyShare(void* dst, const void* src, size_t bytes, size_t worker, size_t workers) {

@@ -321,6 +321,24 @@ struct MinOp {
   }
 };
 
+// Integer Avg's last step: value / divisor truncated toward zero, on magnitudes in the type's unsigned width
+// so the most negative value and divisors wider than the type need no special cases.
+template <class T>
+TOPOCCL_HD inline T divideTowardZero(T value, uint64_t divisor) {
+  using Unsigned = std::make_unsigned_t<T>;
+  if (divisor > static_cast<Unsigned>(~Unsigned(0))) return T(0);  // larger than any magnitude
+  const auto narrowDivisor = static_cast<Unsigned>(divisor);
+  if constexpr (std::is_signed_v<T>) {
+    const bool negative = value < 0;
+    const auto magnitude =
+        static_cast<Unsigned>(negative ? Unsigned(0) - static_cast<Unsigned>(value) : static_cast<Unsigned>(value));
+    const auto quotient = static_cast<Unsigned>(magnitude / narrowDivisor);
+    return static_cast<T>(negative ? static_cast<Unsigned>(Unsigned(0) - quotient) : quotient);
+  } else {
+    return static_cast<T>(value / narrowDivisor);
+  }
+}
+
 // The ops the kernels implement, indexed by ReduceOp's value (Sum, Prod, Max, Min); Avg and
 // PreMulSum are lowered by core before kernels see them.
 inline constexpr int kNumKernelOps = 4;

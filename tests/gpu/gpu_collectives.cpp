@@ -7,7 +7,10 @@
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -97,6 +100,74 @@ int checkAll(int rank, int n, ncclComm_t comm) {
       ncclMemFree(send);
       ncclMemFree(recv);
     }
+  // The lowered operators: Avg (float: a prescale by 1/n; int32: the sum divided by n, truncated) and
+  // PreMulSum with a host-immediate and a device-resident scalar, all-reduce of a prime count.
+  {
+    const size_t count = 4099;
+    void* send = nullptr;
+    void* recv = nullptr;
+    void* deviceScalar = nullptr;
+    ncclMemAlloc(&send, count * 4);
+    ncclMemAlloc(&recv, count * 4);
+    ncclMemAlloc(&deviceScalar, 4);
+    const float half = 0.5f;
+    cudaMemcpy(deviceScalar, &half, 4, cudaMemcpyHostToDevice);
+    std::vector<float> floats(count);
+    std::vector<int32_t> ints(count);
+    for (size_t i = 0; i < count; ++i) floats[i] = inputValue(rank, i), ints[i] = static_cast<int32_t>(inputValue(rank, i)) * 1000 + rank;
+    const float two = 2.0f;
+    ncclRedOp_t timesTwo{}, timesHalf{};
+    if (ncclRedOpCreatePreMulSum(&timesTwo, const_cast<float*>(&two), ncclFloat, ncclScalarHostImmediate, comm) != ncclSuccess ||
+        ncclRedOpCreatePreMulSum(&timesHalf, deviceScalar, ncclFloat, ncclScalarDevice, comm) != ncclSuccess)
+      fail("ncclRedOpCreatePreMulSum");
+    struct OpCase {
+      const char* name;
+      ncclRedOp_t op;
+      ncclDataType_t type;
+      double factor;  // PreMulSum's scalar, or 0 for Avg
+    };
+    const OpCase cases[] = {{"float avg", ncclAvg, ncclFloat, 0}, {"int32 avg", ncclAvg, ncclInt32, 0},
+                            {"premulsum x2 (host scalar)", timesTwo, ncclFloat, 2}, {"premulsum x0.5 (device scalar)", timesHalf, ncclFloat, 0.5}};
+    for (const OpCase& c : cases) {
+      cudaMemcpy(send, c.type == ncclFloat ? static_cast<const void*>(floats.data()) : ints.data(), count * 4, cudaMemcpyHostToDevice);
+      cudaMemset(recv, 0xff, count * 4);
+      cudaStreamSynchronize(cudaStreamLegacy);
+      if (ncclAllReduce(send, recv, count, c.type, c.op, comm, stream) != ncclSuccess || cudaStreamSynchronize(stream) != cudaSuccess) {
+        fail(std::string(c.name) + ": " + ncclGetLastError(comm));
+        continue;
+      }
+      std::vector<unsigned char> got(count * 4);
+      cudaMemcpy(got.data(), recv, count * 4, cudaMemcpyDeviceToHost);
+      for (size_t i = 0; i < count; ++i) {
+        double sum = 0;
+        long long intSum = 0;
+        for (int q = 0; q < n; ++q) sum += inputValue(q, i), intSum += static_cast<long long>(inputValue(q, i)) * 1000 + q;
+        bool right;
+        double value;
+        if (c.type == ncclInt32) {
+          int32_t v;
+          std::memcpy(&v, got.data() + i * 4, 4);
+          value = v;
+          right = v == static_cast<int32_t>(intSum / n);  // C++ truncates toward zero, as NCCL's integer Avg
+        } else {
+          float v;
+          std::memcpy(&v, got.data() + i * 4, 4);
+          value = v;
+          const double want = c.factor == 0 ? sum / n : sum * c.factor;
+          right = std::fabs(value - want) <= 1e-5 * (std::fabs(want) + 1);  // 1/n rounds to float once per input
+        }
+        if (!right) {
+          fail(std::string(c.name) + ": element " + std::to_string(i) + " is " + std::to_string(value));
+          break;
+        }
+      }
+    }
+    ncclRedOpDestroy(timesTwo, comm);
+    ncclRedOpDestroy(timesHalf, comm);
+    ncclMemFree(send);
+    ncclMemFree(recv);
+    ncclMemFree(deviceScalar);
+  }
   // In place: all-reduce into the send buffer.
   {
     const size_t count = 12345;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/cuda_reduce.hpp"
+#include "kernels/host_reduce.hpp"
 #include "../kernels/reference.hpp"
 #include "gpu_support.hpp"
 
@@ -66,6 +67,50 @@ void checkCopy(size_t bytes, size_t srcOffset, size_t dstOffset, TestRng& rng) {
          std::to_string(dstOffset));
 }
 
+// launchScale (host and device scalar) and launchDivide against the host's hostScale / hostDivide, which the
+// host tests hold to the reference: the GPU's Avg and PreMulSum round exactly as the host's.
+void checkScaleDivide(DataType type, size_t count, TestRng& rng) {
+  const ReferenceType ref(type);
+  const size_t bytes = count * ref.size();
+  std::vector<unsigned char> src(bytes), want(bytes), got(bytes);
+  ref.fillRandom(src.data(), count, rng);
+  unsigned char scalar[8] = {};
+  ref.fillRandom(scalar, 1, rng);
+  DeviceBuffer ds(bytes), dd(bytes), dscalar(8);
+  if (!ok(cudaMemcpy(ds.at(0), src.data(), bytes, cudaMemcpyHostToDevice), "copy src") ||
+      !ok(cudaMemcpy(dscalar.at(0), scalar, 8, cudaMemcpyHostToDevice), "copy scalar"))
+    return;
+  hostScale(type, want.data(), src.data(), count, scalar);
+  for (bool onDevice : {false, true}) {
+    if (!ok(launchScale(type, dd.at(0), ds.at(0), count, onDevice ? nullptr : scalar, onDevice ? dscalar.at(0) : nullptr, nullptr),
+            "launchScale") ||
+        !ok(cudaDeviceSynchronize(), "scale kernel") || !ok(cudaMemcpy(got.data(), dd.at(0), bytes, cudaMemcpyDeviceToHost), "copy result"))
+      return;
+    for (size_t i = 0; i < count; ++i) {
+      const uint64_t w = ref.bitsAt(want.data(), i), g = ref.bitsAt(got.data(), i);
+      if (w != g && !(ref.isNan(w) && ref.isNan(g))) {
+        fail(std::string(ref.name()) + " launchScale of " + std::to_string(count) + (onDevice ? ", device scalar" : ", host scalar") +
+             ": element " + std::to_string(i) + " is " + ref.describe(g) + ", want " + ref.describe(w));
+        break;
+      }
+    }
+  }
+  if (!ref.isInteger()) {
+    if (launchDivide(type, dd.at(0), ds.at(0), count, 3, nullptr) != cudaErrorInvalidValue)
+      fail(std::string(ref.name()) + ": launchDivide accepted a floating type");
+    cudaGetLastError();
+    return;
+  }
+  for (uint64_t divisor : {uint64_t{3}, uint64_t{128}, ~uint64_t{0}}) {
+    hostDivide(type, want.data(), src.data(), count, divisor);
+    if (!ok(launchDivide(type, dd.at(0), ds.at(0), count, divisor, nullptr), "launchDivide") || !ok(cudaDeviceSynchronize(), "divide kernel") ||
+        !ok(cudaMemcpy(got.data(), dd.at(0), bytes, cudaMemcpyDeviceToHost), "copy result"))
+      return;
+    if (std::memcmp(got.data(), want.data(), bytes) != 0)
+      fail(std::string(ref.name()) + " launchDivide of " + std::to_string(count) + " by " + std::to_string(divisor) + " differs from hostDivide");
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -88,6 +133,11 @@ int main() {
       }
     }
   }
+  for (DataType type : allDataTypes())
+    for (size_t count : {size_t{1}, size_t{4099}, size_t{(1 << 20) + 3}}) {
+      checkScaleDivide(type, count, rng);
+      ++cases;
+    }
   for (size_t bytes : {size_t{1}, size_t{17}, size_t{4099}, size_t{(1 << 24) + 5}})
     for (size_t srcOffset : {0, 3, 8})
       for (size_t dstOffset : {srcOffset, (srcOffset + 1) % 16}) {

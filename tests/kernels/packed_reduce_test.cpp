@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/packed_reduce.hpp"
@@ -31,6 +32,31 @@ struct ShareTableMaker {
   }
 };
 constexpr auto kShareTable = makeTypeTable<ShareTableMaker>();
+
+// The GPU's PreMulSum prescale and integer-Avg division, as a grid's worker runs them.
+using ScaleShareFn = void (*)(void* dst, const void* src, const void* scalar, size_t count, size_t worker, size_t workers);
+using DivideShareFn = void (*)(void* dst, const void* src, uint64_t divisor, size_t count, size_t worker, size_t workers);
+
+template <class T>
+void scaleTyped(void* dst, const void* src, const void* scalar, size_t count, size_t worker, size_t workers) {
+  T value;
+  std::memcpy(&value, scalar, sizeof(T));
+  scaleShare<T>(static_cast<T*>(dst), static_cast<const T*>(src), value, count, worker, workers);
+}
+
+template <class T>
+void divideTyped(void* dst, const void* src, uint64_t divisor, size_t count, size_t worker, size_t workers) {
+  if constexpr (kIsIntegerElement<T>)
+    divideShare<T>(static_cast<T*>(dst), static_cast<const T*>(src), divisor, count, worker, workers);
+}
+
+struct ScaleDivideTableMaker {
+  template <class T>
+  static constexpr std::array<std::pair<ScaleShareFn, DivideShareFn>, 1> entry() {
+    return {{{&scaleTyped<T>, &divideTyped<T>}}};
+  }
+};
+constexpr auto kScaleDivideTable = makeTypeTable<ScaleDivideTableMaker>();
 
 // Runs every worker of a `workers`-thread grid, one after another.
 void runGrid(ShareFn share, void* dst, const void* a, const void* b, size_t count, size_t workers) {
@@ -155,6 +181,74 @@ TEST_CASE("copyShare copies every byte at every offset on grids of 1, 3 and 8 wo
           REQUIRE(std::memcmp(dst.data(), src.data(), bytes) == 0);
           REQUIRE(dst.guardsIntact());
         }
+      }
+    }
+  }
+}
+
+TEST_CASE("scaleShare (PreMulSum's prescale on the GPU) rounds like one product, at every offset and grid", "[kernels][packed]") {
+  const uint64_t seed = testSeed();
+  INFO("seed " << seed << " (TOPOCCL_TEST_SEED=" << seed << " replays it)");
+  TestRng rng(seed);
+  for (DataType type : allDataTypes()) {
+    const ReferenceType ref(type);
+    const size_t es = ref.size();
+    const ScaleShareFn scale = kScaleDivideTable[static_cast<size_t>(type)][0].first;
+    for (size_t count : {size_t{0}, size_t{1}, size_t{5}, size_t{16}, size_t{67}, size_t{4099}}) {
+      for (size_t elementOffset = 0; elementOffset * es < 16; elementOffset += (es == 1 ? 5 : 1)) {
+        for (bool inPlace : {false, true}) {
+          for (size_t workers : {1, 3, 8}) {
+            const size_t off = elementOffset * es;
+            Placed src(count * es, off), dst(count * es, (off + (inPlace ? 0 : es)) % 16);
+            ref.fillRandom(src.data(), count, rng);
+            unsigned char scalar[8] = {};
+            ref.fillRandom(scalar, 1, rng);
+            const std::vector<unsigned char> before(src.data(), src.data() + count * es);
+            unsigned char* out = inPlace ? src.data() : dst.data();
+            for (size_t worker = 0; worker < workers; ++worker) scale(out, src.data(), scalar, count, worker, workers);
+            INFO(ref.name() << " count " << count << " offset " << off << (inPlace ? " in place" : "") << " workers " << workers);
+            size_t mismatches = 0;
+            std::string first;
+            for (size_t i = 0; i < count; ++i) {
+              const std::string failure =
+                  checkReduced(ref, ReduceOp::Prod, ref.bitsAt(before.data(), i), ref.bitsAt(scalar, 0), ref.bitsAt(out, i));
+              if (!failure.empty() && mismatches++ == 0) first = "element " + std::to_string(i) + ": " + failure;
+            }
+            INFO(first);
+            REQUIRE(mismatches == 0);
+            REQUIRE(src.guardsIntact());
+            REQUIRE(dst.guardsIntact());
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("divideShare (integer Avg on the GPU) truncates toward zero on every grid", "[kernels][packed]") {
+  const uint64_t seed = testSeed();
+  INFO("seed " << seed << " (TOPOCCL_TEST_SEED=" << seed << " replays it)");
+  TestRng rng(seed);
+  for (DataType type : allDataTypes()) {
+    const ReferenceType ref(type);
+    if (!ref.isInteger()) continue;
+    const size_t es = ref.size();
+    const DivideShareFn divide = kScaleDivideTable[static_cast<size_t>(type)][0].second;
+    for (uint64_t divisor : {uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{7}, uint64_t{255}, uint64_t{1} << 40, ~uint64_t{0}}) {
+      for (size_t workers : {1, 3, 8}) {
+        const size_t count = 1003;
+        Placed src(count * es, 0);
+        ref.fillRandom(src.data(), count, rng);
+        const uint64_t signBit = uint64_t(1) << (8 * es - 1);
+        ref.setBits(src.data(), 0, ref.isSigned() ? signBit : ref.wrap(~Uint128(0)));  // most negative / largest
+        const std::vector<unsigned char> before(src.data(), src.data() + count * es);
+        for (size_t worker = 0; worker < workers; ++worker) divide(src.data(), src.data(), divisor, count, worker, workers);
+        INFO(ref.name() << " / " << divisor << ", workers " << workers);
+        for (size_t i = 0; i < count; ++i) {
+          const Int128 quotient = ref.integer(ref.bitsAt(before.data(), i)) / static_cast<Int128>(divisor);
+          REQUIRE(ref.bitsAt(src.data(), i) == ref.wrap(static_cast<Uint128>(quotient)));
+        }
+        REQUIRE(src.guardsIntact());
       }
     }
   }

@@ -3,6 +3,7 @@
 // operator functors as the host loops so both sides produce bit-identical results.
 #include <algorithm>
 #include <array>
+#include <cstring>
 
 #include "kernels/cuda_reduce.hpp"
 #include "kernels/packed_reduce.hpp"
@@ -30,6 +31,21 @@ __global__ void __launch_bounds__(kThreadsPerBlock) packedCopyKernel(void* dst, 
   copyShare(dst, src, bytes, worker, workers);
 }
 
+template <class T>
+__global__ void __launch_bounds__(kThreadsPerBlock) scaleKernel(T* dst, const T* src, T scalar, const T* deviceScalar,
+                                                                size_t count) {
+  const size_t workers = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t worker = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  scaleShare<T>(dst, src, deviceScalar != nullptr ? *deviceScalar : scalar, count, worker, workers);
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreadsPerBlock) divideKernel(T* dst, const T* src, uint64_t divisor, size_t count) {
+  const size_t workers = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t worker = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  divideShare<T>(dst, src, divisor, count, worker, workers);
+}
+
 // Blocks for `bytes`: a thread per 16-byte pack, at least one block, at most kMaxBlocks.
 unsigned blocksFor(size_t bytes) {
   const size_t packs = (bytes + kPackBytes - 1) / kPackBytes;
@@ -53,7 +69,62 @@ struct LaunchTableMaker {
 };
 constexpr auto kLaunchTable = makeTypeTable<LaunchTableMaker>();
 
+using ScaleFn = cudaError_t (*)(void*, const void*, size_t, const void*, const void*, cudaStream_t);
+using DivideFn = cudaError_t (*)(void*, const void*, size_t, uint64_t, cudaStream_t);
+
+template <class T>
+cudaError_t launchScaleTyped(void* dst, const void* src, size_t count, const void* hostScalar, const void* deviceScalar,
+                             cudaStream_t stream) {
+  T scalar{};
+  if (hostScalar != nullptr) memcpy(&scalar, hostScalar, sizeof(T));
+  scaleKernel<T><<<blocksFor(count * sizeof(T)), kThreadsPerBlock, 0, stream>>>(
+      static_cast<T*>(dst), static_cast<const T*>(src), scalar, static_cast<const T*>(deviceScalar), count);
+  return cudaGetLastError();
+}
+
+template <class T>
+cudaError_t launchDivideTyped(void* dst, const void* src, size_t count, uint64_t divisor, cudaStream_t stream) {
+  if constexpr (!kIsIntegerElement<T>) {
+    return cudaErrorInvalidValue;
+  } else {
+    divideKernel<T><<<blocksFor(count * sizeof(T)), kThreadsPerBlock, 0, stream>>>(
+        static_cast<T*>(dst), static_cast<const T*>(src), divisor, count);
+    return cudaGetLastError();
+  }
+}
+
+struct ScaleTableMaker {
+  template <class T>
+  static constexpr std::array<ScaleFn, 1> entry() {
+    return {{&launchScaleTyped<T>}};
+  }
+};
+constexpr auto kScaleTable = makeTypeTable<ScaleTableMaker>();
+
+struct DivideTableMaker {
+  template <class T>
+  static constexpr std::array<DivideFn, 1> entry() {
+    return {{&launchDivideTyped<T>}};
+  }
+};
+constexpr auto kDivideTable = makeTypeTable<DivideTableMaker>();
+
 }  // namespace
+
+cudaError_t launchScale(DataType type, void* dst, const void* src, size_t count, const void* hostScalar,
+                        const void* deviceScalar, cudaStream_t stream) {
+  if (!isValidDataType(static_cast<int>(type))) return cudaErrorInvalidValue;
+  if (count == 0) return cudaSuccess;
+  if (dst == nullptr || src == nullptr || (hostScalar == nullptr && deviceScalar == nullptr)) return cudaErrorInvalidValue;
+  return kScaleTable[static_cast<size_t>(type)][0](dst, src, count, hostScalar, deviceScalar, stream);
+}
+
+cudaError_t launchDivide(DataType type, void* dst, const void* src, size_t count, uint64_t divisor, cudaStream_t stream) {
+  if (!isValidDataType(static_cast<int>(type)) || divisor == 0) return cudaErrorInvalidValue;
+  if (count == 0) return cudaSuccess;
+  if (dst == nullptr || src == nullptr) return cudaErrorInvalidValue;
+  return kDivideTable[static_cast<size_t>(type)][0](dst, src, count, divisor, stream);
+}
 
 cudaError_t launchReduce(DataType type, ReduceOp op, void* dst, const void* a, const void* b, size_t count,
                          cudaStream_t stream) {
