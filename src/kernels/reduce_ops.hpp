@@ -136,6 +136,22 @@ __device__ inline float halfBitsToFloat(uint16_t bits) {
   asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(bits));
   return f;
 }
+#if __CUDA_ARCH__ >= 890
+template <bool E4M3>
+__device__ inline float fp8BitsToFloat(uint8_t bits) {
+  uint32_t pair;  // two halves; the low one is our byte's
+  if constexpr (E4M3) asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(pair) : "h"(static_cast<uint16_t>(bits)));
+  else asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(pair) : "h"(static_cast<uint16_t>(bits)));
+  return halfBitsToFloat(static_cast<uint16_t>(pair));
+}
+template <bool E4M3>
+__device__ inline uint8_t floatToFp8Bits(float f) {  // not NaN: the caller keeps NaN's sign the bit-level way
+  uint16_t pair;  // two bytes; the low one converts `f`
+  if constexpr (E4M3) asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"(f));
+  else asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"(f));
+  return static_cast<uint8_t>(pair);
+}
+#endif
 }  // namespace detail
 #endif
 
@@ -148,18 +164,14 @@ TOPOCCL_HD inline float toFloat(Half h) {
 }
 TOPOCCL_HD inline float toFloat(Float8E5M2 h) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  uint32_t pair;
-  asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(pair) : "h"(static_cast<uint16_t>(h.bits)));
-  return detail::halfBitsToFloat(static_cast<uint16_t>(pair));
+  return detail::fp8BitsToFloat</*E4M3=*/false>(h.bits);
 #else
   return detail::Float8E5M2Format::decode(h.bits);
 #endif
 }
 TOPOCCL_HD inline float toFloat(Float8E4M3 h) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  uint32_t pair;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(pair) : "h"(static_cast<uint16_t>(h.bits)));
-  return detail::halfBitsToFloat(static_cast<uint16_t>(pair));
+  return detail::fp8BitsToFloat</*E4M3=*/true>(h.bits);
 #else
   return detail::Float8E4M3Format::decode(h.bits);
 #endif
@@ -177,21 +189,13 @@ TOPOCCL_HD inline Half halfFromFloat(float f) {
 }
 TOPOCCL_HD inline Float8E5M2 float8E5M2FromFloat(float f) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  if (f == f) {
-    uint16_t pair;
-    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"(f));
-    return Float8E5M2{static_cast<uint8_t>(pair)};
-  }
+  if (f == f) return Float8E5M2{detail::floatToFp8Bits</*E4M3=*/false>(f)};
 #endif
   return Float8E5M2{static_cast<uint8_t>(detail::Float8E5M2Format::encode(f))};
 }
 TOPOCCL_HD inline Float8E4M3 float8E4M3FromFloat(float f) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  if (f == f) {
-    uint16_t pair;
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"(f));
-    return Float8E4M3{static_cast<uint8_t>(pair)};
-  }
+  if (f == f) return Float8E4M3{detail::floatToFp8Bits</*E4M3=*/true>(f)};
 #endif
   return Float8E4M3{static_cast<uint8_t>(detail::Float8E4M3Format::encode(f))};
 }
