@@ -14,6 +14,7 @@ step's gradient is the mean of the ranks' gradients. Prints which libnccl the pr
 PASSED" or "FAILED: ...". Exit code 0 only when everything matched.
 """
 import argparse
+import ctypes
 import os
 import socket
 import sys
@@ -46,9 +47,15 @@ def batch(rank, step):
 
 
 def library_in_use():
+    """The libnccl files mapped, and whose ncclAllReduce the process's global lookup (what libtorch binds to,
+    LD_PRELOAD first) finds: both libraries can be mapped, only one answers."""
     with open("/proc/self/maps") as maps:
-        paths = {line.split()[-1] for line in maps if "libnccl" in line}
-    return ", ".join(sorted(paths)) or "(no libnccl mapped)"
+        paths = sorted({line.split()[-1] for line in maps if "libnccl" in line})
+    if not paths:
+        return "(no libnccl mapped)"
+    bound = ctypes.cast(ctypes.CDLL(None).ncclAllReduce, ctypes.c_void_p).value
+    owner = [p for p in paths if ctypes.cast(ctypes.CDLL(p).ncclAllReduce, ctypes.c_void_p).value == bound]
+    return ", ".join(paths) + "; ncclAllReduce resolves to " + (owner[0] if owner else "(none of them)")
 
 
 def worker(rank, world, port, bench, failures):
