@@ -840,7 +840,7 @@ bool Communicator::hasGpuPath() {
 void Communicator::ensureGpuPath(int device) {
   std::lock_guard lock(gpuMutex_);
   if (gpuPath_) return;
-  if (device >= 0) gpuSetDevice(device);
+  const ScopedGpuDevice onDevice(device);  // the set-up allocates on the current device
   const int64_t channels = params::kGpuNChannels.get();
   if (channels < 1 || channels > 32)
     throwInvalidArgument(std::string(params::kGpuNChannels.name()) + "=" + std::to_string(channels) + " must be 1..32");

@@ -33,7 +33,8 @@ bool isGpuPointer(const void*) { return false; }
 void* gpuAllocate(size_t) { throwInvalidUsage("GPU memory was asked for (TOPOCCL_MEM_ALLOC=gpu) but this topoccl was built without CUDA"); }
 bool gpuFree(void*) { return false; }
 int gpuDeviceOf(const void*) { return -1; }
-void gpuSetDevice(int) {}
+ScopedGpuDevice::ScopedGpuDevice(int) {}
+ScopedGpuDevice::~ScopedGpuDevice() = default;
 std::unique_ptr<GpuPath> makeGpuPath(const GpuPathContext&) {
   throwInvalidUsage("GPU buffers need a topoccl built with CUDA (nvcc was not found when this one was configured)");
 }
@@ -227,7 +228,7 @@ class CudaGpuPath final : public GpuPath {
   void enqueue(const algo::Plan& plan, const CollectiveArgs& args, bool inPlace, void* streamHandle) override {
     std::string failure;
     if (asyncError(failure) != ncclSuccess) throwInvalidUsage("the GPU path of this communicator failed earlier: " + failure);
-    check(cudaSetDevice(device_), "cudaSetDevice");
+    const ScopedGpuDevice onOurDevice(device_);
     auto stream = static_cast<cudaStream_t>(streamHandle);
     const algo::Collective c = args.collective;
     const bool reduces = c == algo::Collective::AllReduce || c == algo::Collective::ReduceScatter || c == algo::Collective::Reduce;
@@ -479,8 +480,6 @@ bool isGpuPointer(const void* pointer) {
   return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
 }
 
-// Stream-ordered, on this thread's own stream: cudaFree would wait for the whole device, including a peer
-// rank's kernel (ranks as threads of one process) that waits for this rank's next call.
 int gpuDeviceOf(const void* pointer) {
   if (pointer == nullptr || !gpuAvailable()) return -1;
   cudaPointerAttributes attributes{};
@@ -491,8 +490,21 @@ int gpuDeviceOf(const void* pointer) {
   return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged ? attributes.device : -1;
 }
 
-void gpuSetDevice(int device) { check(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")"); }
+ScopedGpuDevice::ScopedGpuDevice(int device) {
+  if (device < 0) return;
+  int current = -1;
+  check(cudaGetDevice(&current), "cudaGetDevice");
+  if (current == device) return;
+  check(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+  saved_ = current;
+}
 
+ScopedGpuDevice::~ScopedGpuDevice() {
+  if (saved_ >= 0) cudaSetDevice(saved_);
+}
+
+// Stream-ordered, on this thread's own stream: cudaFree would wait for the whole device, including a peer
+// rank's kernel (ranks as threads of one process) that waits for this rank's next call.
 void* gpuAllocate(size_t bytes) {
   void* pointer = nullptr;
   check(cudaMallocAsync(&pointer, bytes, cudaStreamPerThread), "cudaMallocAsync of " + std::to_string(bytes) + " bytes of GPU memory");

@@ -28,9 +28,20 @@ bool gpuAvailable();
 bool isGpuPointer(const void* pointer);
 // ncclMemAlloc / ncclMemFree on a machine with a GPU: device memory.
 void* gpuAllocate(size_t bytes);
-// The device that holds `pointer` (-1: not GPU memory, or no GPU); makes `device` the calling thread's.
+// The device that holds `pointer` (-1: not GPU memory, or no GPU).
 int gpuDeviceOf(const void* pointer);
-void gpuSetDevice(int device);
+// Makes `device` the calling thread's current device for its lifetime, then restores the caller's (NCCL's
+// calls leave the current device as they found it). -1: changes nothing.
+class ScopedGpuDevice {
+ public:
+  explicit ScopedGpuDevice(int device);
+  ~ScopedGpuDevice();
+  ScopedGpuDevice(const ScopedGpuDevice&) = delete;
+  ScopedGpuDevice& operator=(const ScopedGpuDevice&) = delete;
+
+ private:
+  int saved_ = -1;
+};
 bool gpuFree(void* pointer);  // false: not GPU memory (the caller frees it otherwise)
 
 struct GpuPathContext {
