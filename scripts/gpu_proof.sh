@@ -6,7 +6,7 @@
 # (PROOF_SECONDS, default 330); steps that would start past it are skipped and say so. Logs go to $OUT (the
 # device tool's folder; at most 8 files come back) or .gpu/out. Usage, from the repository root there:
 #   bash .gpu/gpu_proof.sh [steps...]     steps: info kernels bandwidth plans coll-threads torch
-#                                                coll-processes torch-bench perf tune (default: all, in order)
+#                                                coll-processes torch-bench perf wide tune (default: all, in order)
 set -uo pipefail
 cd "$(dirname "$0")"
 OUT=${OUT:-$PWD/out}
@@ -84,6 +84,13 @@ if want perf; then
     step "${p}_perf -g 2" 40 "$OUT/perf.log" "bin/${p}_perf" --gpu -g 2 -b 8 -e 256M -f 8 -n 10 -w 3 -c 1
   done
   unset TOPOCCL_TIMEOUT_MS
+fi
+if want wide; then
+  # 32 lanes, checked: the setting that timed 3-4x the default's bandwidth (2026-11-26) but was not checked then.
+  for n in 2 4; do
+    step "all_reduce_perf -g $n, 32 lanes" 45 "$OUT/perf.log" env TOPOCCL_GPU_NCHANNELS=32 TOPOCCL_TIMEOUT_MS=20000 \
+      bin/all_reduce_perf --gpu -g "$n" -b 1M -e 256M -f 4 -n 10 -w 3 -c 1
+  done
 fi
 if want tune; then
   # Lanes and threads per lane of the GPU path's rings, large all-reduce only (no checks: timing).
