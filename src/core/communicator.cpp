@@ -978,6 +978,7 @@ std::unique_ptr<Execution> Communicator::buildCollective(const CollectiveArgs& a
     lanes.push_back(std::move(resolved));
   }
   fuseStagedReceives(lanes, scratch, scratchSize, sliceBytes_);  // slices never exceed sliceBytes_
+  fuseMirroredCopies(lanes);
   std::string name = std::string(algo::collectiveName(args.collective)) + " (" + plan.name + ", " +
                      std::to_string(args.count) + " x " + dataTypeName(args.type) + ")";
   auto execution = std::make_unique<Execution>(std::move(name), std::move(lanes), reduce, elem, sliceBytes_, &staging_, slicesPerStep_);

@@ -24,7 +24,11 @@ Execution::Execution(std::string operation, std::vector<ResolvedLane> lanes, ker
   arena_ = stagingArena ? stagingArena : &ownStaging_;
   stagingOf_.resize(lanes_.size());
   bounce_.resize(lanes_.size());
-  for (size_t l = 0; l < lanes_.size(); ++l) stagingOf_[l].assign(lanes_[l].steps.size(), nullptr);
+  mirroredBytes_.resize(lanes_.size());
+  for (size_t l = 0; l < lanes_.size(); ++l) {
+    stagingOf_[l].assign(lanes_[l].steps.size(), nullptr);
+    mirroredBytes_[l].assign(lanes_[l].steps.size(), 0);
+  }
   placeStaging();
   for (const auto& lane : lanes_)
     for (auto* conn : {lane.sendConn, lane.recvConn})
@@ -53,6 +57,7 @@ void Execution::reset() {
     state.slices = state.slicesPosted = state.slicesDone = 0;
     state.bounced = {};
   }
+  for (auto& bytes : mirroredBytes_) std::fill(bytes.begin(), bytes.end(), 0);
   inFlight_.clear();
   moved_ = finished_ = false;
   placeStaging();  // another execution may have grown the shared arena
@@ -89,8 +94,8 @@ bool Execution::writeHazard(const char* begin, const char* end) {
   return hazard;
 }
 
-void Execution::postSend(transport::Connection* conn, const char* data, size_t bytes) {
-  const transport::Ticket ticket = conn->postSend(data, bytes);
+void Execution::postSend(transport::Connection* conn, const char* data, size_t bytes, char* mirror) {
+  const transport::Ticket ticket = mirror ? conn->postSendMirrored(data, mirror, bytes) : conn->postSend(data, bytes);
   inFlight_.push_back({conn, ticket, data, data + bytes});
   sendsToFlush_ = true;
 }
@@ -184,11 +189,32 @@ bool Execution::advanceLane(size_t laneIndex) {
     }
     switch (step.kind) {
       case StepKind::Nop: break;
-      case StepKind::Send:
+      case StepKind::Send: {
+        // Mirrored: every slice, or all but a last one too short to go zero copy (a prime count's tail).
+        size_t mirroredSlices = 0;
+        if (step.mirror != nullptr && state.slices > 0) {
+          const size_t last = sliceLength(state, step, state.slices - 1);
+          if (lane.sendConn->canMirror(step.src, step.mirror, step.bytes, std::min(state.sliceBytes, last)))
+            mirroredSlices = state.slices;
+          else if (state.slices > 1 && lane.sendConn->canMirror(step.src, step.mirror, step.bytes - last, state.sliceBytes))
+            mirroredSlices = state.slices - 1;
+          mirroredBytes_[laneIndex][step.mirrorCopyStep] = std::min(step.bytes, mirroredSlices * state.sliceBytes);
+        }
         for (size_t slice = 0; slice < state.slices; ++slice)
-          postSend(lane.sendConn, step.src + slice * state.sliceBytes, sliceLength(state, step, slice));
+          postSend(lane.sendConn, step.src + slice * state.sliceBytes, sliceLength(state, step, slice),
+                   slice < mirroredSlices ? step.mirror + slice * state.sliceBytes : nullptr);
         break;
+      }
       case StepKind::Copy:
+        if (const size_t mirrored = mirroredBytes_[laneIndex][state.step]; mirrored > 0) {
+          // The peer writes the mirrored part (our send completes after it has); the rest is ours.
+          if (mirrored < step.bytes) {
+            if (writeHazard(step.dst + mirrored, step.dst + step.bytes)) return false;
+            if (copy_) copy_(step.dst + mirrored, step.src + mirrored, step.bytes - mirrored);
+            else std::memcpy(step.dst + mirrored, step.src + mirrored, step.bytes - mirrored);
+          }
+          break;
+        }
         if (step.bytes > 0 && step.src != step.dst) {
           if (writeHazard(step.dst, step.dst + step.bytes)) return false;
           const bool disjoint = step.dst + step.bytes <= step.src || step.src + step.bytes <= step.dst;
@@ -295,6 +321,43 @@ size_t fuseStagedReceives(std::vector<ResolvedLane>& lanes, const char* scratch,
       copy.dst = nullptr;
       copy.bytes = 0;
       ++fused;
+    }
+  }
+  return fused;
+}
+
+size_t fuseMirroredCopies(std::vector<ResolvedLane>& lanes) {
+  const auto overlaps = [](const char* a, size_t an, const char* b, size_t bn) { return an > 0 && bn > 0 && a < b + bn && b < a + an; };
+  // Whether a step other than lane l's step `except` reads (when `reads`) or writes [begin, begin + bytes).
+  const auto touched = [&](const char* begin, size_t bytes, size_t l, size_t except, bool reads) {
+    for (size_t l2 = 0; l2 < lanes.size(); ++l2)
+      for (size_t j = 0; j < lanes[l2].steps.size(); ++j) {
+        if (l2 == l && j == except) continue;
+        const ResolvedStep& s = lanes[l2].steps[j];
+        if (reads && algo::stepReads(s.kind) && overlaps(s.src, s.bytes, begin, bytes)) return true;
+        if (algo::stepWrites(s.kind) && overlaps(s.dst, s.bytes, begin, bytes)) return true;
+      }
+    return false;
+  };
+  size_t fused = 0;
+  for (size_t l = 0; l < lanes.size(); ++l) {
+    auto& steps = lanes[l].steps;
+    std::vector<bool> claimed(steps.size(), false);  // a Copy is mirrored by one send at most
+    for (size_t i = 0; i < steps.size(); ++i) {
+      ResolvedStep& send = steps[i];
+      if (send.kind != StepKind::Send || send.bytes == 0 || send.mirror != nullptr) continue;
+      for (size_t j = i + 1; j < steps.size(); ++j) {
+        const ResolvedStep& copy = steps[j];
+        if (copy.kind != StepKind::Copy || claimed[j] || copy.src != send.src || copy.bytes != send.bytes || !copy.deps.empty() ||
+            overlaps(copy.dst, copy.bytes, send.src, send.bytes))
+          continue;
+        if (touched(copy.dst, copy.bytes, l, j, true) || touched(send.src, send.bytes, l, j, false)) break;
+        send.mirror = copy.dst;
+        send.mirrorCopyStep = j;
+        claimed[j] = true;
+        ++fused;
+        break;
+      }
     }
   }
   return fused;

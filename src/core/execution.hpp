@@ -23,6 +23,10 @@ struct ResolvedStep {
   char* dst = nullptr;
   size_t bytes = 0;
   std::vector<algo::StepRef> deps;
+  // A Send whose bytes a later Copy of its lane also writes to `mirror` (fuseMirroredCopies): where the
+  // connection can, the receiver writes them there too and that Copy (step `mirrorCopyStep`) is skipped.
+  char* mirror = nullptr;
+  size_t mirrorCopyStep = 0;
 };
 
 struct ResolvedLane {
@@ -41,6 +45,14 @@ struct ResolvedLane {
 // larger slice would wait on our own send, which may wait on the peer's receive, which waits the same way.
 // Returns how many receives it redirected.
 size_t fuseStagedReceives(std::vector<ResolvedLane>& lanes, const char* scratch, size_t scratchBytes, size_t maxSliceBytes);
+
+// A Send of [src, src + n) and a later Copy of the same bytes in the same lane to memory nothing else of this
+// rank reads or writes (an out-of-place all-gather's or broadcast's own block) become one mirrored send: the
+// Send names the Copy's destination, and at run time, where the connection can mirror (shm, both buffers from
+// ncclMemAlloc), the peer writes the block there in the pass that reads it, so it crosses memory once instead of
+// twice; elsewhere the Copy runs as before. Only where the Copy waits on nothing else and nothing writes the
+// source. Returns how many pairs it marked.
+size_t fuseMirroredCopies(std::vector<ResolvedLane>& lanes);
 
 class Execution {
  public:
@@ -111,7 +123,7 @@ class Execution {
   bool writeHazard(const char* begin, const char* end);  // true while a pending send reads there
   void startStep(size_t laneIndex);
   void finishStep(LaneState& state);
-  void postSend(transport::Connection* conn, const char* data, size_t bytes);
+  void postSend(transport::Connection* conn, const char* data, size_t bytes, char* mirror = nullptr);
   bool pumpReceives(size_t laneIndex);
   size_t sliceLength(const LaneState& state, const ResolvedStep& step, size_t slice) const;
   size_t sliceBytesFor(size_t stepBytes) const;
@@ -128,6 +140,7 @@ class Execution {
   HostArena* arena_ = nullptr;
   std::vector<std::vector<char*>> stagingOf_;  // [lane][step]
   std::vector<std::vector<char>> bounce_;      // [lane]: kWindow slots of kMaxBounceSliceBytes at most, made on first use
+  std::vector<std::vector<size_t>> mirroredBytes_;  // [lane][step]: how much of that Copy the peer writes this run
   kernels::ReduceFn reduce_;
   size_t elementSize_;
   size_t sliceBytes_;

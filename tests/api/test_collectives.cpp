@@ -4,6 +4,7 @@
 #include "support/rank_harness.hpp"
 #include "topoccl/nccl_ext.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -181,6 +182,72 @@ TEST_CASE("in-place all-to-all of blocks many slices long on threads and shm pro
                                       << (shared ? "ncclMemAlloc" : "malloc") << " buffers");
         const RunResult result = runRanks(setup.mode, setup.nranks, [&](int rank, int n, ncclComm_t comm) {
           return inPlaceAllToAll(rank, n, comm, count, shared, seed);
+        });
+        INFO(result.problems);
+        CHECK(result.failures == 0);
+      }
+    }
+  }
+}
+
+// Out-of-place all-gather and broadcast send a rank's own block and copy it to its output; with ncclMemAlloc
+// buffers on shm the peer that receives the block writes that copy too (a mirrored send), and the rank skips it.
+// Every rank fills its input with a hash of (seed, rank, index), so each checks every block of its output
+// against what its owner must have held. Mixed buffers (input private, output shared) cannot mirror and copy.
+namespace {
+int gatherAndBroadcast(int rank, int nranks, ncclComm_t comm, size_t count, bool sharedInput, bool sharedOutput, uint64_t seed) {
+  const size_t total = count * static_cast<size_t>(nranks);
+  std::vector<uint32_t> ownedIn, ownedOut;
+  const auto get = [](bool shared, std::vector<uint32_t>& owned, size_t n) -> uint32_t* {
+    if (!shared) {
+      owned.resize(std::max<size_t>(n, 1));
+      return owned.data();
+    }
+    void* p = nullptr;
+    return ncclMemAlloc(&p, std::max<size_t>(n, 1) * sizeof(uint32_t)) == ncclSuccess ? static_cast<uint32_t*>(p) : nullptr;
+  };
+  uint32_t* in = get(sharedInput, ownedIn, count);
+  uint32_t* out = get(sharedOutput, ownedOut, total);
+  if (in == nullptr || out == nullptr) return 1;
+  int failures = 0;
+  for (int round = 0; round < 2; ++round) {  // twice: the second call reuses the execution
+    const uint64_t roundSeed = seed + static_cast<uint64_t>(round) * 7919;
+    for (size_t i = 0; i < count; ++i) in[i] = blockValue(roundSeed, rank, i);
+    std::fill(out, out + total, 0xDEADBEEFu);
+    if (ncclAllGather(in, out, count, ncclUint32, comm, nullptr) != ncclSuccess) return failures + 1;
+    size_t wrong = 0;
+    for (int q = 0; q < nranks; ++q)
+      for (size_t i = 0; i < count; ++i) wrong += out[static_cast<size_t>(q) * count + i] != blockValue(roundSeed, q, i);
+    failures += wrong != 0;
+    const int root = (round == 0) ? 0 : nranks - 1;
+    std::fill(out, out + count, 0xDEADBEEFu);
+    if (ncclBroadcast(in, out, count, ncclUint32, root, comm, nullptr) != ncclSuccess) return failures + 1;
+    wrong = 0;
+    for (size_t i = 0; i < count; ++i) wrong += out[i] != blockValue(roundSeed, root, i);
+    failures += wrong != 0;
+  }
+  if (sharedInput) ncclMemFree(in);
+  if (sharedOutput) ncclMemFree(out);
+  return failures;
+}
+}  // namespace
+
+TEST_CASE("out-of-place all-gather and broadcast where peers write each rank's own block (ncclMemAlloc over shm)") {
+  const uint64_t seed = testSeed();
+  INFO("seed " << seed);
+  struct Setup {
+    RankMode mode;
+    int nranks;
+  };
+  for (const Setup setup : {Setup{RankMode::ProcessesShm, 2}, Setup{RankMode::ProcessesShm, 3}, Setup{RankMode::ProcessesShm, 5},
+                            Setup{RankMode::Threads, 2}}) {
+    // 0; 1; 4099 (one slice, below the zero-copy threshold); 262147 (prime, 16 slices); 2M + 5 (several 512 KiB slices)
+    for (size_t count : {size_t{0}, size_t{1}, size_t{4099}, size_t{262147}, (size_t{2} << 20) + 5}) {
+      for (const auto& [sharedIn, sharedOut] : {std::pair{true, true}, std::pair{false, true}, std::pair{true, false}}) {
+        INFO(rankModeName(setup.mode) << ", " << setup.nranks << " ranks, " << count << " x uint32 a block, input "
+                                      << (sharedIn ? "ncclMemAlloc" : "malloc") << ", output " << (sharedOut ? "ncclMemAlloc" : "malloc"));
+        const RunResult result = runRanks(setup.mode, setup.nranks, [&](int rank, int n, ncclComm_t comm) {
+          return gatherAndBroadcast(rank, n, comm, count, sharedIn, sharedOut, seed);
         });
         INFO(result.problems);
         CHECK(result.failures == 0);

@@ -673,6 +673,96 @@ TEST_CASE("shm receivers copy and reduce straight out of a sender's shared alloc
   CHECK(leftoverSegments(hash).empty());
 }
 
+// A mirrored send has the receiver also write the bytes into a shared allocation of the sender's, in the pass
+// that reads them. The sender checks its mirrors after the sends complete (and that the bytes around them are
+// untouched); the receiver checks what it got, plain or reduced, and that every message was mirrored.
+TEST_CASE("shm mirrored sends: the receiver also writes the bytes into the sender's mirror") {
+  const bool reduce = GENERATE(false, true);
+  INFO((reduce ? "receives that reduce floats" : "plain receives"));
+  SmallFifo settings(true);
+  config::setOverride("TOPOCCL_SHM_ZERO_COPY_THRESHOLD", "32768");
+  const uint64_t hash = freshCommHash();
+  const size_t arena = 6 * 1024 * 1024 + 4096;
+  struct Piece {
+    size_t offset, bytes, mirrorOffset;
+  };
+  // Odd sizes and offsets, one above kZeroCopyPiece (1 MiB) and not a multiple of the 32 KiB mirror block.
+  const std::vector<Piece> pieces = {{0, 32768, 100 * 1024}, {64, 65540, 4},
+                                     {4092, 5 * 1024 * 1024 + 12, 1024 * 1024 + 8}, {arena - 40000, 40000, 0}};
+  const uint64_t seed = hash & 0xffff;
+  const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
+    auto transport = makeShmTransport({hash, 0, 1, 2}, self);
+    auto connection = transport->connect(peer, 0);
+    auto* source = static_cast<unsigned char*>(allocateShared(arena));
+    auto* mirror = static_cast<unsigned char*>(allocateShared(arena));
+    const auto content = randomBytes(arena, seed);
+    std::memcpy(source, content.data(), arena);
+    std::memset(mirror, 0xA5, arena);
+    std::vector<unsigned char> privateBuffer(65536);
+    // Until the handshake is done nothing can be mirrored; then only shared, disjoint, large-enough ranges can.
+    pollUntil({connection.get()}, [&] { return connection->canMirror(source, mirror, 65536, 65536); });
+    childCheck(!connection->canMirror(source, mirror, 65536, 32767), "mirrored a slice below the zero-copy threshold");
+    childCheck(!connection->canMirror(privateBuffer.data(), mirror, 65536, 65536), "mirrored from a private buffer");
+    childCheck(!connection->canMirror(source, privateBuffer.data(), 65536, 65536), "mirrored into a private buffer");
+    childCheck(!connection->canMirror(source, source + 4096, 65536, 65536), "mirrored onto the source itself");
+    Ticket last = 0;
+    for (const Piece& p : pieces) {
+      childCheck(connection->canMirror(source + p.offset, mirror + p.mirrorOffset, p.bytes, p.bytes), "cannot mirror a piece");
+      last = connection->postSendMirrored(source + p.offset, mirror + p.mirrorOffset, p.bytes);
+    }
+    pollUntil({connection.get()}, [&] { return connection->sendsCompleted() == last; });
+    // Pieces are checked in order; a later piece may overwrite an earlier one's mirror, as the expected image does.
+    std::vector<unsigned char> expected(arena, 0xA5);
+    for (const Piece& p : pieces) std::memcpy(expected.data() + p.mirrorOffset, content.data() + p.offset, p.bytes);
+    childCheck(std::memcmp(mirror, expected.data(), arena) == 0, "the mirror does not hold the sent bytes (or more was written)");
+    freeShared(source);
+    freeShared(mirror);
+  });
+  auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()));
+  auto connection = transport->connect(processPeer(1, child.pid), 0);
+  const auto content = randomBytes(arena, seed);
+  const auto sum = kernels::hostReduceFunction(DataType::Float32, ReduceOp::Sum);
+  std::vector<std::vector<unsigned char>> outputs;
+  std::vector<std::vector<float>> operands;
+  Ticket last = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    outputs.emplace_back(pieces[i].bytes, 0xEE);
+    RecvAction action;
+    action.dst = outputs.back().data();
+    if (reduce) {
+      operands.push_back(randomFloats(pieces[i].bytes / sizeof(float), uint32_t(900 + i)));
+      action.operand = operands.back().data();
+      action.reduce = sum;
+      action.elementSize = sizeof(float);
+    }
+    last = connection->postRecv(action, pieces[i].bytes);
+  }
+  pollUntil({connection.get()}, [&] { return connection->recvsCompleted() == last; });
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    INFO("message " << i << " of " << pieces[i].bytes << " bytes");
+    const unsigned char* sent = content.data() + pieces[i].offset;
+    if (!reduce) {
+      CHECK(std::memcmp(outputs[i].data(), sent, pieces[i].bytes) == 0);
+      continue;
+    }
+    size_t wrong = 0;
+    for (size_t k = 0; k < pieces[i].bytes / sizeof(float); ++k) {
+      float incoming, got;
+      std::memcpy(&incoming, sent + k * sizeof(float), sizeof(float));
+      std::memcpy(&got, outputs[i].data() + k * sizeof(float), sizeof(float));
+      const float want = incoming + operands[i][k];
+      if (std::memcmp(&got, &want, sizeof(float)) != 0) ++wrong;
+    }
+    CHECK(wrong == 0);
+  }
+  const ShmConnectionStats stats = shmConnectionStats(*connection);
+  CHECK(stats.mirroredMessagesReceived == pieces.size());
+  CHECK(stats.zeroCopyMessagesReceived == pieces.size());
+  CHECK(finishChild(child) == "");
+  connection.reset();
+  CHECK(leftoverSegments(hash).empty());
+}
+
 TEST_CASE("shm zero copy stays off when TOPOCCL_SHM_ZERO_COPY=0") {
   SmallFifo settings(true);
   config::setOverride("TOPOCCL_SHM_ZERO_COPY", "0");

@@ -31,7 +31,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kSegmentMagic = 0x746f706f73686d31ull;  // "toposhm1"
-constexpr uint32_t kLayoutVersion = 5;
+constexpr uint32_t kLayoutVersion = 6;
 constexpr size_t kAlign = 64;                               // cache line; slot payloads are multiples of it
 constexpr auto kLivenessInterval = std::chrono::milliseconds(100);
 constexpr uint64_t kPollsPerClockRead = 64;
@@ -65,7 +65,11 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t
               "shm FIFO counters must be lock-free to live in shared memory");
 
 enum SegmentState : uint32_t { kCreating = 0, kReady = 1, kAttached = 2, kEstablished = 3 };
-enum SlotKind : uint32_t { kInlineFragment = 1, kCmaDescriptor = 2, kTinyMessage = 3, kSharedBuffer = 4 };
+enum SlotKind : uint32_t { kInlineFragment = 1, kCmaDescriptor = 2, kTinyMessage = 3, kSharedBuffer = 4, kSharedMirror = 5 };
+// kSharedBuffer's `shared.flags`: the next slot (kSharedMirror, published first) names a shared allocation of the
+// sender's that the receiver also copies the message into (Connection::postSendMirrored).
+constexpr uint32_t kMirrorFollows = 1;
+constexpr size_t kMirrorBlock = 32 << 10;  // mirrored copies read each block once into L1, then write it twice
 constexpr size_t kTinyBytes = 32;
 constexpr size_t kMaxSlotBytes = size_t{1} << 30;  // fragment sizes fit the descriptor's 32 bits  // messages this small travel inside their descriptor's cache line
 
@@ -84,7 +88,7 @@ struct alignas(kAlign) SlotDescriptor {
     unsigned char tiny[kTinyBytes];
     struct {  // the sender's buffer lies in one of its shared allocations (ncclMemAlloc)
       int32_t fd;
-      uint32_t reserved;
+      uint32_t flags;
       uint64_t inode;
       uint64_t allocationBytes;
       uint64_t offset;
@@ -275,6 +279,7 @@ bool processAlive(int64_t pid) {
 struct PendingSend {
   const unsigned char* data = nullptr;
   size_t bytes = 0;
+  unsigned char* mirror = nullptr;  // postSendMirrored: the receiver copies the bytes here too
   size_t offset = 0;              // bytes already copied into slots (inline)
   bool published = false;         // every slot of it is in the FIFO
   uint64_t releasedAtTail = 0;    // CMA: complete once the receiver's tail reaches this; 0 = at publish
@@ -317,7 +322,26 @@ class ShmConnection final : public Connection {
 
   Ticket postSend(const void* data, size_t bytes) override {
     if (bytes > 0 && data == nullptr) throwInvalidArgument(describe() + ": send of " + std::to_string(bytes) + " bytes from a null buffer");
-    sends_.push_back({static_cast<const unsigned char*>(data), bytes, 0, false, 0});
+    sends_.push_back({static_cast<const unsigned char*>(data), bytes, nullptr, 0, false, 0});
+    return ++sendsPosted_;
+  }
+
+  // Mirrors only what goes zero copy: the receiver maps both allocations (read-write since the handshake's probe).
+  bool canMirror(const void* data, const void* mirror, size_t bytes, size_t minSliceBytes) const override {
+    if (!outEstablished_ || outZeroCopyThreshold_ == 0 || bytes == 0 || minSliceBytes < outZeroCopyThreshold_ ||
+        out_.descriptorCount < 2)
+      return false;
+    const auto* d = static_cast<const unsigned char*>(data);
+    const auto* m = static_cast<const unsigned char*>(mirror);
+    if (d < m + bytes && m < d + bytes) return false;
+    return findShared(data, bytes).has_value() && findShared(mirror, bytes).has_value();
+  }
+
+  Ticket postSendMirrored(const void* data, void* mirror, size_t bytes) override {
+    if (bytes == 0 || data == nullptr || mirror == nullptr) {
+      throwInvalidArgument(describe() + ": mirrored send of " + std::to_string(bytes) + " bytes needs both buffers");
+    }
+    sends_.push_back({static_cast<const unsigned char*>(data), bytes, static_cast<unsigned char*>(mirror), 0, false, 0});
     return ++sendsPosted_;
   }
 
@@ -384,6 +408,7 @@ class ShmConnection final : public Connection {
     s.zeroCopyReceive = inEstablished_ && in_.header->zeroCopyThreshold != 0;
     s.zeroCopySend = outEstablished_ && outZeroCopyThreshold_ != 0;
     s.zeroCopyMessagesReceived = zeroCopyMessagesReceived_;
+    s.mirroredMessagesReceived = mirroredMessagesReceived_;
     return s;
   }
 
@@ -508,8 +533,9 @@ class ShmConnection final : public Connection {
     return false;
   }
 
-  // A read-only view of one of the sender's shared allocations, opened through /proc/<pid>/fd and
-  // kept (a few, most recent first) since collectives send from the same buffers again and again.
+  // A view of one of the sender's shared allocations, opened through /proc/<pid>/fd and kept (a few, most
+  // recent first) since collectives send from the same buffers again and again. Read-write: a mirrored send
+  // has us write into the sender's memory (the handshake's probe page proves that we may).
   struct PeerAllocation {
     int fd = -1;
     uint64_t inode = 0;
@@ -526,7 +552,7 @@ class ShmConnection final : public Connection {
     }
     char path[64];
     std::snprintf(path, sizeof(path), "/proc/%" PRId64 "/fd/%d", peerPid_, fd);
-    UniqueFd opened(::open(path, O_RDONLY | O_CLOEXEC));
+    UniqueFd opened(::open(path, O_RDWR | O_CLOEXEC));
     if (opened.get() < 0) {
       if (errno == ENOENT && !processAlive(peerPid_)) throwRemoteError(peerName() + " exited during receive" + onChannel());
       throwSystemError(std::string("shm transport: opening ") + path + ", a shared buffer of " + peerName() + onChannel());
@@ -537,7 +563,7 @@ class ShmConnection final : public Connection {
       throwRemoteError(peerName() + " released a shared send buffer before the send completed" + onChannel() + " (" +
                        path + " is another file now)");
     }
-    void* address = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, opened.get(), 0);
+    void* address = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, opened.get(), 0);
     if (address == MAP_FAILED) throwSystemError(std::string("shm transport: mapping ") + path + " of " + peerName());
     if (peerAllocations_.size() == kPeerAllocationsKept) peerAllocations_.pop_back();
     peerAllocations_.insert(peerAllocations_.begin(), PeerAllocation{fd, inode, SharedMapping(address, static_cast<size_t>(st.st_size))});
@@ -545,16 +571,37 @@ class ShmConnection final : public Connection {
   }
 
   // One copy (or reduce) straight out of the sender's buffer. Resumable, like pullWithCma.
-  bool pullShared(PendingRecv& recv, const SlotDescriptor& slot, size_t& budget) {
-    if (slot.shared.offset > slot.shared.allocationBytes || recv.bytes > slot.shared.allocationBytes - slot.shared.offset) {
+  // With `mirror` (the kSharedMirror slot after it), the bytes also go to that allocation of the sender's, a
+  // block at a time: the block read for the receive is still in L1 when it is copied to the mirror.
+  bool pullShared(PendingRecv& recv, const SlotDescriptor& slot, const SlotDescriptor* mirror, size_t& budget) {
+    const auto malformed = [&](const SlotDescriptor& s) {
+      return s.shared.offset > s.shared.allocationBytes || recv.bytes > s.shared.allocationBytes - s.shared.offset;
+    };
+    if (malformed(slot) || (mirror != nullptr && malformed(*mirror))) {
       throwRemoteError(peerName() + " sent a malformed shared-buffer descriptor" + onChannel());
     }
-    const PeerAllocation& source = peerAllocation(slot.shared.fd, slot.shared.inode, slot.shared.offset + recv.bytes);
-    const unsigned char* base = source.mapping.bytes() + slot.shared.offset;
+    // Pointers, not references: a second lookup may reorder the kept mappings (it never drops the first).
+    const unsigned char* base = peerAllocation(slot.shared.fd, slot.shared.inode, slot.shared.offset + recv.bytes).mapping.bytes() +
+                                slot.shared.offset;
+    unsigned char* mirrorBase = nullptr;
+    if (mirror != nullptr) {
+      mirrorBase = peerAllocation(mirror->shared.fd, mirror->shared.inode, mirror->shared.offset + recv.bytes).mapping.bytes() +
+                   mirror->shared.offset;
+    }
     while (recv.offset < recv.bytes) {
       if (budget == 0) return false;
       const size_t piece = std::min({recv.bytes - recv.offset, budget, kZeroCopyPiece});
-      applyAt(recv, base + recv.offset, recv.offset, piece);
+      if (mirrorBase == nullptr) {
+        applyAt(recv, base + recv.offset, recv.offset, piece);
+      } else {
+        for (size_t done = 0; done < piece; done += kMirrorBlock) {
+          const size_t at = recv.offset + done;
+          const size_t block = std::min(kMirrorBlock, piece - done);
+          applyAt(recv, base + at, at, block);
+          if (recv.action.copy) recv.action.copy(mirrorBase + at, base + at, block);
+          else std::memcpy(mirrorBase + at, base + at, block);
+        }
+      }
       recv.offset += piece;
       budget -= piece;
     }
@@ -637,9 +684,24 @@ class ShmConnection final : public Connection {
           completeRecv();
         }
       } else if (slot.kind == kSharedBuffer && header->zeroCopyThreshold != 0) {
-        if (slot.offset != 0) throwRemoteError(peerName() + " sent a malformed shared-buffer descriptor" + onChannel());
-        if (!pullShared(recv, slot, budget)) return;
+        if (slot.offset != 0 || (slot.shared.flags & ~kMirrorFollows) != 0) {
+          throwRemoteError(peerName() + " sent a malformed shared-buffer descriptor" + onChannel());
+        }
+        const SlotDescriptor* mirror = nullptr;
+        if ((slot.shared.flags & kMirrorFollows) != 0) {
+          // Published before this slot, so visible now.
+          mirror = &in_.slotDescriptor(inTail_ + 1);
+          if (mirror->sequence.load(std::memory_order_acquire) != inTail_ + 2 || mirror->kind != kSharedMirror ||
+              mirror->messageBytes != slot.messageBytes) {
+            throwRemoteError(peerName() + " sent a shared-buffer descriptor without its mirror" + onChannel());
+          }
+        }
+        if (!pullShared(recv, slot, mirror, budget)) return;
         releaseIncomingSlot();  // the sender's buffer is free again
+        if (mirror != nullptr) {
+          releaseIncomingSlot();  // and its mirror written
+          ++mirroredMessagesReceived_;
+        }
         ++zeroCopyMessagesReceived_;
         completeRecv();
       } else if (slot.kind == kCmaDescriptor && header->cmaThreshold != 0) {
@@ -745,6 +807,10 @@ class ShmConnection final : public Connection {
         if (outHead_ - outTailSeen_ >= out_.descriptorCount) break;
       }
       PendingSend& send = sends_[nextToPublish_];
+      if (send.mirror != nullptr) {
+        if (!publishMirrored(send)) break;
+        continue;
+      }
       SlotDescriptor& slot = out_.slotDescriptor(outHead_);
       slot.messageBytes = send.bytes;
       std::optional<SharedRange> shared;
@@ -754,7 +820,7 @@ class ShmConnection final : public Connection {
         slot.fragmentBytes = 0;
         slot.kind = kSharedBuffer;
         slot.shared.fd = shared->fd;
-        slot.shared.reserved = 0;
+        slot.shared.flags = 0;
         slot.shared.inode = shared->inode;
         slot.shared.allocationBytes = shared->allocationBytes;
         slot.shared.offset = shared->offset;
@@ -791,6 +857,46 @@ class ShmConnection final : public Connection {
         ++nextToPublish_;
       }
     }
+  }
+
+  // A mirrored send takes two slots: kSharedBuffer naming the data, then kSharedMirror naming the mirror. The
+  // mirror's slot is published first, so a receiver that sees the first sees both. False while two are not free.
+  bool publishMirrored(PendingSend& send) {
+    if (outHead_ + 2 - outTailSeen_ > out_.descriptorCount) {
+      outTailSeen_ = out_.header->tail.load(std::memory_order_acquire);
+      if (outHead_ + 2 - outTailSeen_ > out_.descriptorCount) return false;
+    }
+    const std::optional<SharedRange> data = findShared(send.data, send.bytes);
+    const std::optional<SharedRange> mirror = findShared(send.mirror, send.bytes);
+    if (!data || !mirror || outZeroCopyThreshold_ == 0 || send.bytes < outZeroCopyThreshold_) {
+      throwInternalError(describe() + ": a mirrored send of " + std::to_string(send.bytes) +
+                         " bytes whose buffers cannot go zero copy (canMirror said they could)");
+    }
+    const auto describeRange = [&](SlotDescriptor& slot, const SharedRange& range, SlotKind kind, uint32_t flags) {
+      slot.messageBytes = send.bytes;
+      slot.offset = 0;
+      slot.fragmentBytes = 0;
+      slot.kind = kind;
+      slot.shared.fd = range.fd;
+      slot.shared.flags = flags;
+      slot.shared.inode = range.inode;
+      slot.shared.allocationBytes = range.allocationBytes;
+      slot.shared.offset = range.offset;
+    };
+    SlotDescriptor& first = out_.slotDescriptor(outHead_);
+    SlotDescriptor& second = out_.slotDescriptor(outHead_ + 1);
+    describeRange(first, *data, kSharedBuffer, kMirrorFollows);
+    describeRange(second, *mirror, kSharedMirror, 0);
+    payloadEndAt_[outHead_ % payloadEndAt_.size()] = payloadHead_;
+    payloadEndAt_[(outHead_ + 1) % payloadEndAt_.size()] = payloadHead_;
+    second.sequence.store(outHead_ + 2, std::memory_order_release);
+    first.sequence.store(outHead_ + 1, std::memory_order_release);
+    outHead_ += 2;
+    send.releasedAtTail = outHead_;
+    send.offset = send.bytes;
+    send.published = true;
+    ++nextToPublish_;
+    return true;
   }
 
   // Where in the payload ring `bytes` contiguous bytes go, or nullopt while the receiver still holds
@@ -891,6 +997,7 @@ class ShmConnection final : public Connection {
   uint64_t fifoMessagesReceived_ = 0;
   uint64_t cmaMessagesReceived_ = 0;
   uint64_t zeroCopyMessagesReceived_ = 0;
+  uint64_t mirroredMessagesReceived_ = 0;
   uint64_t zeroCopyThreshold_ = 0;  // what we offer for our incoming direction
   std::vector<PeerAllocation> peerAllocations_;
 

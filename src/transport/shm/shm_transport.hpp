@@ -40,6 +40,7 @@ struct ShmConnectionStats {
   bool zeroCopyReceive = false;  // we map the peer's shared allocations (ncclMemAlloc) and copy out of them
   bool zeroCopySend = false;     // the peer maps ours
   uint64_t zeroCopyMessagesReceived = 0;
+  uint64_t mirroredMessagesReceived = 0;  // of those, how many we also copied into the sender's mirror
 };
 ShmConnectionStats shmConnectionStats(const Connection& connection);
 
