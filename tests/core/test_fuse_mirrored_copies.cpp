@@ -6,20 +6,14 @@
 #include <vector>
 
 #include "core/execution.hpp"
+#include "core/resolved_steps.hpp"
 
 using namespace topoccl;
 using algo::StepKind;
 
 namespace {
 
-core::ResolvedStep step(StepKind kind, const char* src, char* dst, size_t bytes) {
-  core::ResolvedStep s;
-  s.kind = kind;
-  s.src = src;
-  s.dst = dst;
-  s.bytes = bytes;
-  return s;
-}
+constexpr auto step = test::resolvedStep;
 
 struct Buffers {
   std::vector<char> input = std::vector<char>(100);

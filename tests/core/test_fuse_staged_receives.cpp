@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/execution.hpp"
+#include "core/resolved_steps.hpp"
 
 using namespace topoccl;
 using algo::StepKind;
@@ -13,14 +14,7 @@ namespace {
 
 constexpr size_t kSlice = 512 << 10;  // the default TOPOCCL_SLICE_BYTES
 
-core::ResolvedStep step(StepKind kind, const char* src, char* dst, size_t bytes) {
-  core::ResolvedStep s;
-  s.kind = kind;
-  s.src = src;
-  s.dst = dst;
-  s.bytes = bytes;
-  return s;
-}
+constexpr auto step = test::resolvedStep;
 
 struct Buffers {
   std::vector<char> output = std::vector<char>(400);

@@ -91,6 +91,50 @@ void childCheck(bool condition, const std::string& what) {
   if (!condition) throw std::runtime_error(what);
 }
 
+// One message the receiver expects: the bytes the sender sent.
+struct ExpectedMessage {
+  const unsigned char* source;
+  size_t bytes;
+};
+
+// Posts a receive for each message (plain, or adding floats drawn from operandSeed + i), waits for all of them
+// and checks each against what was sent (reductions bitwise, NaN patterns included).
+void receiveAndCheck(Connection& connection, const std::vector<ExpectedMessage>& expected, bool reduce, uint32_t operandSeed) {
+  const auto sum = kernels::hostReduceFunction(DataType::Float32, ReduceOp::Sum);
+  std::vector<std::vector<unsigned char>> outputs;
+  std::vector<std::vector<float>> operands;
+  Ticket last = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    outputs.emplace_back(expected[i].bytes, 0xEE);
+    RecvAction action;
+    action.dst = outputs.back().data();
+    if (reduce) {
+      operands.push_back(randomFloats(expected[i].bytes / sizeof(float), uint32_t(operandSeed + i)));
+      action.operand = operands.back().data();
+      action.reduce = sum;
+      action.elementSize = sizeof(float);
+    }
+    last = connection.postRecv(action, expected[i].bytes);
+  }
+  pollUntil({&connection}, [&] { return connection.recvsCompleted() == last; });
+  for (size_t i = 0; i < expected.size(); ++i) {
+    INFO("message " << i << " of " << expected[i].bytes << " bytes");
+    if (!reduce) {
+      CHECK(std::memcmp(outputs[i].data(), expected[i].source, expected[i].bytes) == 0);
+      continue;
+    }
+    size_t wrong = 0;
+    for (size_t k = 0; k < expected[i].bytes / sizeof(float); ++k) {
+      float incoming, got;
+      std::memcpy(&incoming, expected[i].source + k * sizeof(float), sizeof(float));
+      std::memcpy(&got, outputs[i].data() + k * sizeof(float), sizeof(float));
+      const float want = incoming + operands[i][k];
+      if (std::memcmp(&got, &want, sizeof(float)) != 0) ++wrong;
+    }
+    CHECK(wrong == 0);
+  }
+}
+
 struct Child {
   pid_t pid = -1;
   int reportFd = -1;  // the child's failure text, if any
@@ -616,48 +660,11 @@ TEST_CASE("shm receivers copy and reduce straight out of a sender's shared alloc
   const auto content = randomBytes(arena, seed);
   const auto privateCopy = randomBytes(100000, seed + 1);
   const auto newContent = randomBytes(arena, seed + 2);
-  struct Expected {
-    const unsigned char* source;
-    size_t bytes;
-  };
-  std::vector<Expected> expected;
+  std::vector<ExpectedMessage> expected;
   for (const Piece& p : pieces) expected.push_back({content.data() + p.offset, p.bytes});
   expected.push_back({privateCopy.data(), privateCopy.size()});
   expected.push_back({newContent.data() + 4096, size_t{1} << 20});
-
-  const auto sum = kernels::hostReduceFunction(DataType::Float32, ReduceOp::Sum);
-  std::vector<std::vector<unsigned char>> outputs;
-  std::vector<std::vector<float>> operands;
-  Ticket last = 0;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    outputs.emplace_back(expected[i].bytes, 0xEE);
-    RecvAction action;
-    action.dst = outputs.back().data();
-    if (reduce) {
-      operands.push_back(randomFloats(expected[i].bytes / sizeof(float), uint32_t(700 + i)));
-      action.operand = operands.back().data();
-      action.reduce = sum;
-      action.elementSize = sizeof(float);
-    }
-    last = connection->postRecv(action, expected[i].bytes);
-  }
-  pollUntil({connection.get()}, [&] { return connection->recvsCompleted() == last; });
-  for (size_t i = 0; i < expected.size(); ++i) {
-    INFO("message " << i << " of " << expected[i].bytes << " bytes");
-    if (!reduce) {
-      CHECK(std::memcmp(outputs[i].data(), expected[i].source, expected[i].bytes) == 0);
-      continue;
-    }
-    size_t wrong = 0;
-    for (size_t k = 0; k < expected[i].bytes / sizeof(float); ++k) {
-      float incoming, got;
-      std::memcpy(&incoming, expected[i].source + k * sizeof(float), sizeof(float));
-      std::memcpy(&got, outputs[i].data() + k * sizeof(float), sizeof(float));
-      const float want = incoming + operands[i][k];
-      if (std::memcmp(&got, &want, sizeof(float)) != 0) ++wrong;  // bitwise: NaN patterns included
-    }
-    CHECK(wrong == 0);
-  }
+  receiveAndCheck(*connection, expected, reduce, 700);
   const ShmConnectionStats stats = shmConnectionStats(*connection);
   if (stats.zeroCopyReceive) {
     size_t zeroCopies = 1;  // the fresh allocation's message
@@ -721,40 +728,9 @@ TEST_CASE("shm mirrored sends: the receiver also writes the bytes into the sende
   auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()));
   auto connection = transport->connect(processPeer(1, child.pid), 0);
   const auto content = randomBytes(arena, seed);
-  const auto sum = kernels::hostReduceFunction(DataType::Float32, ReduceOp::Sum);
-  std::vector<std::vector<unsigned char>> outputs;
-  std::vector<std::vector<float>> operands;
-  Ticket last = 0;
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    outputs.emplace_back(pieces[i].bytes, 0xEE);
-    RecvAction action;
-    action.dst = outputs.back().data();
-    if (reduce) {
-      operands.push_back(randomFloats(pieces[i].bytes / sizeof(float), uint32_t(900 + i)));
-      action.operand = operands.back().data();
-      action.reduce = sum;
-      action.elementSize = sizeof(float);
-    }
-    last = connection->postRecv(action, pieces[i].bytes);
-  }
-  pollUntil({connection.get()}, [&] { return connection->recvsCompleted() == last; });
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    INFO("message " << i << " of " << pieces[i].bytes << " bytes");
-    const unsigned char* sent = content.data() + pieces[i].offset;
-    if (!reduce) {
-      CHECK(std::memcmp(outputs[i].data(), sent, pieces[i].bytes) == 0);
-      continue;
-    }
-    size_t wrong = 0;
-    for (size_t k = 0; k < pieces[i].bytes / sizeof(float); ++k) {
-      float incoming, got;
-      std::memcpy(&incoming, sent + k * sizeof(float), sizeof(float));
-      std::memcpy(&got, outputs[i].data() + k * sizeof(float), sizeof(float));
-      const float want = incoming + operands[i][k];
-      if (std::memcmp(&got, &want, sizeof(float)) != 0) ++wrong;
-    }
-    CHECK(wrong == 0);
-  }
+  std::vector<ExpectedMessage> expected;
+  for (const Piece& p : pieces) expected.push_back({content.data() + p.offset, p.bytes});
+  receiveAndCheck(*connection, expected, reduce, 900);
   const ShmConnectionStats stats = shmConnectionStats(*connection);
   CHECK(stats.mirroredMessagesReceived == pieces.size());
   CHECK(stats.zeroCopyMessagesReceived == pieces.size());
