@@ -190,10 +190,11 @@ TEST_CASE("in-place all-to-all of blocks many slices long on threads and shm pro
   }
 }
 
-// Out-of-place all-gather and broadcast send a rank's own block and copy it to its output; with ncclMemAlloc
-// buffers on shm the peer that receives the block writes that copy too (a mirrored send), and the rank skips it.
+// Out-of-place all-gather and broadcast send a rank's own block and copy it to its output; where the connection
+// can (shm with ncclMemAlloc buffers; threads with any) the peer that receives the block writes that copy too (a
+// mirrored send), and the rank skips it.
 // Every rank fills its input with a hash of (seed, rank, index), so each checks every block of its output
-// against what its owner must have held. Mixed buffers (input private, output shared) cannot mirror and copy.
+// against what its owner must have held. Over shm, mixed buffers (one private) cannot mirror and copy.
 namespace {
 int gatherAndBroadcast(int rank, int nranks, ncclComm_t comm, size_t count, bool sharedInput, bool sharedOutput, uint64_t seed) {
   const size_t total = count * static_cast<size_t>(nranks);
@@ -240,7 +241,7 @@ TEST_CASE("out-of-place all-gather and broadcast where peers write each rank's o
     int nranks;
   };
   for (const Setup setup : {Setup{RankMode::ProcessesShm, 2}, Setup{RankMode::ProcessesShm, 3}, Setup{RankMode::ProcessesShm, 5},
-                            Setup{RankMode::Threads, 2}}) {
+                            Setup{RankMode::Threads, 2}, Setup{RankMode::Threads, 5}}) {
     // 0; 1; 4099 (one slice, below the zero-copy threshold); 262147 (prime, 16 slices); 2M + 5 (several 512 KiB slices)
     for (size_t count : {size_t{0}, size_t{1}, size_t{4099}, size_t{262147}, (size_t{2} << 20) + 5}) {
       for (const auto& [sharedIn, sharedOut] : {std::pair{true, true}, std::pair{false, true}, std::pair{true, false}}) {

@@ -1,5 +1,6 @@
 #include "transport/local/local_transport.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <compare>
 #include <cstring>
@@ -27,7 +28,10 @@ struct DirectionKey {
 struct PostedSend {
   const void* data = nullptr;
   size_t bytes = 0;
+  void* mirror = nullptr;  // postSendMirrored: the receiver copies the bytes here too
 };
+
+constexpr size_t kMirrorBlock = 32 << 10;  // mirrored receives read each block once into L1, then write it twice
 
 // One direction of one connection. The sender appends buffer descriptors; the receiver applies
 // its actions straight from them in order and counts them as consumed, which is what completes
@@ -96,13 +100,26 @@ void validateRecvAction(const RecvAction& action, size_t bytes, const std::strin
   }
 }
 
-void applyRecvAction(const RecvAction& action, const void* incoming, size_t bytes) {
+void applyRecvAction(const RecvAction& action, const void* incoming, size_t bytes, size_t offset = 0) {
   if (bytes == 0) return;
+  auto* dst = static_cast<unsigned char*>(action.dst) + offset;
   if (action.operand == nullptr) {
-    if (action.copy) action.copy(action.dst, incoming, bytes);
-    else std::memcpy(action.dst, incoming, bytes);
+    if (action.copy) action.copy(dst, incoming, bytes);
+    else std::memcpy(dst, incoming, bytes);
   } else {
-    action.reduce(action.dst, incoming, action.operand, bytes / action.elementSize);
+    action.reduce(dst, incoming, static_cast<const unsigned char*>(action.operand) + offset, bytes / action.elementSize);
+  }
+}
+
+// A mirrored send's bytes also go to `mirror`, a block at a time, while the block is still in L1.
+void applyMirrored(const RecvAction& action, const void* incoming, void* mirror, size_t bytes) {
+  const size_t block = action.operand == nullptr ? kMirrorBlock : kMirrorBlock / action.elementSize * action.elementSize;
+  for (size_t at = 0; at < bytes; at += block) {
+    const size_t n = std::min(block, bytes - at);
+    const auto* from = static_cast<const unsigned char*>(incoming) + at;
+    applyRecvAction(action, from, n, at);
+    if (action.copy) action.copy(static_cast<unsigned char*>(mirror) + at, from, n);
+    else std::memcpy(static_cast<unsigned char*>(mirror) + at, from, n);
   }
 }
 
@@ -131,7 +148,27 @@ class LocalConnection final : public Connection {
     if (bytes > 0 && data == nullptr) throwInvalidArgument(describe() + ": send of " + std::to_string(bytes) + " bytes from a null buffer");
     {
       std::lock_guard lock(out_->mutex);
-      out_->posted.push_back({data, bytes});
+      out_->posted.push_back({data, bytes, nullptr});
+    }
+    ring(out_->toReceiver);
+    return ++sendsPosted_;
+  }
+
+  // One address space: any two disjoint buffers. The receiver reads ours anyway.
+  bool canMirror(const void* data, const void* mirror, size_t bytes, size_t minSliceBytes) const override {
+    (void)minSliceBytes;
+    const auto* d = static_cast<const unsigned char*>(data);
+    const auto* m = static_cast<const unsigned char*>(mirror);
+    return bytes > 0 && data != nullptr && mirror != nullptr && (d + bytes <= m || m + bytes <= d);
+  }
+
+  Ticket postSendMirrored(const void* data, void* mirror, size_t bytes) override {
+    if (!canMirror(data, mirror, bytes, bytes)) {
+      throwInvalidArgument(describe() + ": mirrored send of " + std::to_string(bytes) + " bytes needs two disjoint buffers");
+    }
+    {
+      std::lock_guard lock(out_->mutex);
+      out_->posted.push_back({data, bytes, mirror});
     }
     ring(out_->toReceiver);
     return ++sendsPosted_;
@@ -204,7 +241,8 @@ class LocalConnection final : public Connection {
         throwRemoteError("local peer rank " + std::to_string(peer_) + " on channel " + std::to_string(channel_) + ": " + what);
       }
       // The sender's buffer is valid until `consumed` moves past it, so read it outside the lock.
-      applyRecvAction(recv.action, send.data, send.bytes);
+      if (send.mirror != nullptr) applyMirrored(recv.action, send.data, send.mirror, send.bytes);
+      else applyRecvAction(recv.action, send.data, send.bytes);
       {
         std::lock_guard lock(in_->mutex);
         in_->posted.pop_front();
