@@ -77,14 +77,28 @@ nic_ratio() {  # prints host 0 tx bytes on eth0, eth1 and their ratio for the ru
     $1 == h && $2 == "eth0" { a = $7 - $3 } $1 == h && $2 == "eth1" { b = $7 - $3 }
     END { printf "%d %d %.3f\n", a, b, (b > 0 ? a / b : 1e9) }'
 }
-read -r a b ratio < <(nic_ratio -x NCCL_ALGO=hierarchical -- "$BUILD/perf/all_reduce_perf" -b 16M -e 16M -n 4 -w 0)
+# Wire bytes include retransmissions, which a CPU-starved moment of the 2-core CI machine inflates on the slow
+# NIC (seen once: 3.27 and 3.00 where the same build read 3.92 and 4.00 alone), so a ratio out of its band is
+# measured once more before it fails; both readings are printed.
+ratio_in_band() { awk -v r="$1" 'BEGIN { exit !(r > 3.2 && r < 4.8) }'; }
+nic_ratio_checked() {  # label, then the run's arguments; prints "a b ratio" of the reading that is judged
+  local label=$1 a b ratio
+  shift
+  read -r a b ratio < <(nic_ratio "$@")
+  if ! ratio_in_band "$ratio"; then
+    echo "$label: eth0 $a B, eth1 $b B, ratio $ratio out of 3.2-4.8; measuring again" >&2
+    read -r a b ratio < <(nic_ratio "$@")
+  fi
+  echo "$a $b $ratio"
+}
+read -r a b ratio < <(nic_ratio_checked "all NICs" -x NCCL_ALGO=hierarchical -- "$BUILD/perf/all_reduce_perf" -b 16M -e 16M -n 4 -w 0)
 echo "all NICs, striped by speed: host 0 sent eth0 $a B, eth1 $b B, ratio $ratio (expected 4)"
-awk -v r="$ratio" 'BEGIN { exit !(r > 3.2 && r < 4.8) }' || fail "eth0:eth1 = $ratio, expected 4 +- 20%"
+ratio_in_band "$ratio" || fail "eth0:eth1 = $ratio, expected 4 +- 20%"
 [ "$a" -gt $((16 << 20)) ] || fail "host 0 sent only $a B on eth0 for 4 x 16 MiB all-reduce"
-read -r a b ratio < <(nic_ratio -x NCCL_ALGO=hierarchical -x TOPOCCL_NET_NICS=near -- \
+read -r a b ratio < <(nic_ratio_checked "nearest NIC" -x NCCL_ALGO=hierarchical -x TOPOCCL_NET_NICS=near -- \
   "$BUILD/perf/all_reduce_perf" -b 16M -e 16M -n 4 -w 0)
 echo "nearest NIC only, shards weighted by NIC speed: host 0 sent eth0 $a B, eth1 $b B, ratio $ratio (expected 4)"
-awk -v r="$ratio" 'BEGIN { exit !(r > 3.2 && r < 4.8) }' || fail "eth0:eth1 = $ratio with TOPOCCL_NET_NICS=near, expected 4"
+ratio_in_band "$ratio" || fail "eth0:eth1 = $ratio with TOPOCCL_NET_NICS=near, expected 4"
 
 # Which NIC each rank's data streams use, from the sockets themselves (ss) in the middle of a run: with near,
 # host 0's two ranks each on one NIC, a different one each; with all, each on both.
