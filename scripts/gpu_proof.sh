@@ -5,7 +5,7 @@
 # rank beside it). Device time is scarce: every step has a timeout and the whole run a budget
 # (PROOF_SECONDS, default 330); steps that would start past it are skipped and say so. Logs go to $OUT (the
 # device tool's folder; at most 8 files come back) or .gpu/out. Usage, from the repository root there:
-#   bash .gpu/gpu_proof.sh [steps...]     steps: info kernels bandwidth plans coll-threads torch
+#   bash .gpu/gpu_proof.sh [steps...]     steps: info p2p staged kernels bandwidth plans coll-threads torch
 #                                                coll-processes torch-bench perf wide tune (default: all, in order)
 set -uo pipefail
 cd "$(dirname "$0")"
@@ -64,11 +64,15 @@ if want info; then
   } >"$OUT/device.txt" 2>&1
 fi
 
+# Point-to-point on GPU buffers and collectives staged through host memory (the host proxy; NCCL_HOSTID makes
+# processes of this one machine different hosts, so their bytes go over TCP).
+want p2p && step p2p 120 "$OUT/staged.log" bin/test_gpu_collectives p2p
+want staged && step staged 180 "$OUT/staged.log" bin/test_gpu_collectives staged
 want kernels && step kernels 90 "$OUT/tests.log" bin/test_gpu_kernels
 want bandwidth && step bandwidth 40 "$OUT/perf.log" bin/gpu_kernel_bandwidth --bytes 1073741824 --repeats 20
 want plans && step plans 150 "$OUT/tests.log" bin/test_gpu_plans
 want coll-threads && step coll-threads 90 "$OUT/collectives.log" bin/test_gpu_collectives threads
-want torch && step torch 150 "$OUT/torch.log" "${torch_env[@]}" python3 torch_nccl.py
+want torch && step torch 150 "$OUT/torch.log" "${torch_env[@]}" TOPOCCL_TEST_STACKS_AFTER=90 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P python3 torch_nccl.py
 want coll-processes && step coll-processes 90 "$OUT/collectives.log" bin/test_gpu_collectives processes
 if want torch-bench; then
   step "torch bench topoccl 2 processes" 120 "$OUT/torch.log" "${torch_env[@]}" python3 torch_nccl.py --bench
@@ -78,11 +82,16 @@ fi
 if want perf; then
   export TOPOCCL_TIMEOUT_MS=20000  # a hang becomes an error, not a lost run
   for n in 1 2 4; do
-    step "all_reduce_perf -g $n" 60 "$OUT/perf.log" bin/all_reduce_perf --gpu -g "$n" -b 8 -e 1G -f 4 -n 20 -w 5 -c 1
+    top=1G
+    [ "$n" -eq 4 ] && top=256M  # -c 1 checks on the host: 4 ranks x 1 GiB took over a minute
+    step "all_reduce_perf -g $n" 60 "$OUT/perf.log" bin/all_reduce_perf --gpu -g "$n" -b 8 -e "$top" -f 4 -n 20 -w 5 -c 1
   done
   for p in all_gather reduce_scatter alltoall broadcast; do
     step "${p}_perf -g 2" 40 "$OUT/perf.log" "bin/${p}_perf" --gpu -g 2 -b 8 -e 256M -f 8 -n 10 -w 3 -c 1
   done
+  step "sendrecv_perf -g 2 (staged)" 40 "$OUT/perf.log" bin/sendrecv_perf --gpu -g 2 -b 8 -e 256M -f 8 -n 10 -w 3 -c 1
+  step "all_reduce_perf -g 2 TOPOCCL_GPU_STAGED=always" 40 "$OUT/perf.log" env TOPOCCL_GPU_STAGED=always \
+    bin/all_reduce_perf --gpu -g 2 -b 8 -e 256M -f 8 -n 10 -w 3 -c 1
   unset TOPOCCL_TIMEOUT_MS
 fi
 if want wide; then

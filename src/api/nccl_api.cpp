@@ -142,10 +142,18 @@ struct PendingGpuCollective {
   core::CollectiveArgs args;
   cudaStream_t stream;
 };
+// A send or receive on a GPU buffer issued inside a group: staged through host memory at ncclGroupEnd,
+// together with the communicator's other point-to-point calls of the group.
+struct PendingGpuPointToPoint {
+  ncclComm* comm;
+  core::PointToPointArgs args;
+  cudaStream_t stream;
+};
 struct GroupState {
   int depth = 0;
   std::vector<std::pair<ncclComm*, core::Operation>> operations;
   std::vector<PendingGpuCollective> gpuCollectives;
+  std::vector<PendingGpuPointToPoint> gpuPointToPoint;
   std::vector<PendingInit> inits;
   ncclResult_t firstError = ncclSuccess;
 };
@@ -727,7 +735,7 @@ TOPOCCL_EXPORT ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, s
 }
 
 static ncclResult_t pointToPoint(const char* function, bool isSend, const void* buffer, size_t count,
-                                 ncclDataType_t datatype, int peer, ncclComm_t commHandle) {
+                                 ncclDataType_t datatype, int peer, ncclComm_t commHandle, cudaStream_t stream) {
   return guarded(function, [&] {
     ncclComm* comm = checkComm(commHandle, function);
     core::PointToPointArgs args;
@@ -735,9 +743,6 @@ static ncclResult_t pointToPoint(const char* function, bool isSend, const void* 
     args.type = checkType(datatype, function);
     checkRank(peer, comm->impl->nranks(), "peer", function);
     checkPointer(buffer, count, isSend ? "sendbuff" : "recvbuff", function);
-    if (core::isGpuPointer(buffer))
-      throw Error(ncclInvalidUsage, std::string(function) + ": " + (isSend ? "sendbuff" : "recvbuff") +
-                                        " is GPU memory; point-to-point on GPU buffers is not built yet (collectives are)");
     args.count = count;
     args.peer = peer;
     if (isSend) args.send = buffer;
@@ -745,18 +750,27 @@ static ncclResult_t pointToPoint(const char* function, bool isSend, const void* 
     if (tlsGroup.depth == 0 && peer == comm->impl->rank() && count > 0)
       throw Error(ncclInvalidUsage, std::string(function) + " to self outside a group would wait forever; "
                                                             "put the matching send and recv in one ncclGroupStart/End");
+    // GPU buffers go through pinned host memory on the stream (the host transports move them).
+    if (core::gpuAvailable() && count > 0 && core::isGpuPointer(buffer)) {
+      if (tlsGroup.depth > 0) {
+        tlsGroup.gpuPointToPoint.push_back({comm, args, stream});
+        return ncclSuccess;
+      }
+      comm->impl->enqueueStaged(function, {args}, stream);
+      return ncclSuccess;
+    }
     return enqueue(comm, args);
   });
 }
 
 TOPOCCL_EXPORT ncclResult_t pncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
-                                      ncclComm_t comm, cudaStream_t) {
-  return pointToPoint("ncclSend", true, sendbuff, count, datatype, peer, comm);
+                                      ncclComm_t comm, cudaStream_t stream) {
+  return pointToPoint("ncclSend", true, sendbuff, count, datatype, peer, comm, stream);
 }
 
 TOPOCCL_EXPORT ncclResult_t pncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
-                                      cudaStream_t) {
-  return pointToPoint("ncclRecv", false, recvbuff, count, datatype, peer, comm);
+                                      cudaStream_t stream) {
+  return pointToPoint("ncclRecv", false, recvbuff, count, datatype, peer, comm, stream);
 }
 
 TOPOCCL_EXPORT ncclResult_t pncclGroupStart() {
@@ -794,6 +808,40 @@ static void enqueueGroupedGpuCollectives(const std::vector<PendingGpuCollective>
   for (const PendingGpuCollective& p : pending) p.comm->impl->enqueueOnGpu(p.function, p.args, p.stream);
 }
 
+// Stages each communicator's GPU sends and receives of the group as one job, with that communicator's host
+// point-to-point calls of the group folded in (a send on the GPU and a receive in host memory may need each
+// other), on the stream of its first call (the others join it). Returns the jobs that hold host buffers: host
+// calls finish before ncclGroupEnd returns, as they do without a GPU call beside them.
+static std::vector<std::shared_ptr<core::Work>> enqueueGroupedGpuPointToPoint(
+    const std::vector<PendingGpuPointToPoint>& pending, std::vector<std::pair<ncclComm*, core::Operation>>& operations) {
+  std::vector<ncclComm*> comms;
+  for (const PendingGpuPointToPoint& p : pending)
+    if (std::find(comms.begin(), comms.end(), p.comm) == comms.end()) comms.push_back(p.comm);
+  std::vector<std::shared_ptr<core::Work>> hostJobs;
+  for (ncclComm* comm : comms) {
+    std::vector<core::Operation> ops;
+    std::vector<void*> streams;
+    for (const PendingGpuPointToPoint& p : pending) {
+      if (p.comm != comm) continue;
+      ops.push_back(p.args);
+      if (std::find(streams.begin(), streams.end(), static_cast<void*>(p.stream)) == streams.end()) streams.push_back(p.stream);
+    }
+    bool folded = false;
+    for (auto it = operations.begin(); it != operations.end();) {
+      if (it->first == comm && std::holds_alternative<core::PointToPointArgs>(it->second)) {
+        ops.push_back(std::move(it->second));
+        it = operations.erase(it);
+        folded = true;
+      } else {
+        ++it;
+      }
+    }
+    auto work = comm->impl->enqueueStaged("ncclGroupEnd", std::move(ops), streams.front(), streams);
+    if (folded) hostJobs.push_back(std::move(work));
+  }
+  return hostJobs;
+}
+
 static ncclResult_t endGroup(bool simulate, ncclSimInfo_t* simInfo) {
   if (tlsGroup.depth == 0) {
     setLastError("ncclGroupEnd: called without a matching ncclGroupStart");
@@ -803,6 +851,7 @@ static ncclResult_t endGroup(bool simulate, ncclSimInfo_t* simInfo) {
   auto inits = std::move(tlsGroup.inits);
   auto operations = std::move(tlsGroup.operations);
   auto gpuCollectives = std::move(tlsGroup.gpuCollectives);
+  auto gpuPointToPoint = std::move(tlsGroup.gpuPointToPoint);
   tlsGroup = GroupState{};
   if (simulate) {
     // Nothing runs; the cost model is not wired to the executor yet, so the estimate is undefined.
@@ -828,8 +877,17 @@ static ncclResult_t endGroup(bool simulate, ncclSimInfo_t* simInfo) {
         if (results[i] != ncclSuccess) throw Error(results[i], "grouped init of rank " + std::to_string(inits[i].rank) + ": " + errors[i]);
     }
     if (!gpuCollectives.empty()) enqueueGroupedGpuCollectives(gpuCollectives);
-    if (operations.empty()) return ncclSuccess;
-    return runOperationsAndWait(std::move(operations));
+    std::vector<std::shared_ptr<core::Work>> hostJobs;
+    if (!gpuPointToPoint.empty()) hostJobs = enqueueGroupedGpuPointToPoint(gpuPointToPoint, operations);
+    ncclResult_t result = operations.empty() ? ncclSuccess : runOperationsAndWait(std::move(operations));
+    for (const auto& work : hostJobs) {
+      work->wait();
+      if (work->result() != ncclSuccess && result == ncclSuccess) {
+        result = work->result();
+        setLastError(work->errorMessage());
+      }
+    }
+    return result;
   });
 }
 

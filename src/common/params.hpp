@@ -91,6 +91,9 @@ inline const Param<int64_t> kGpuThreads{"TOPOCCL_GPU_THREADS", 512, "Threads per
 inline const Param<int64_t> kGpuNChannels{"TOPOCCL_GPU_NCHANNELS", 8,
                                           "Lanes (thread blocks) per rank of the ring plans that GPU calls of at least "
                                           "TOPOCCL_GPU_RING_BYTES run: one block alone cannot keep a GPU's memory busy"};
+inline const Param<std::string> kGpuStaged{"TOPOCCL_GPU_STAGED", "auto",
+                                          "GPU collectives through pinned host memory and the host transports (the host "
+                                          "proxy): auto = where a peer is on another host, always, or never"};
 inline const Param<int64_t> kGpuRingBytes{"TOPOCCL_GPU_RING_BYTES", 256 << 10,
                                           "Calls on GPU buffers from this size (bytes, as the selection table counts) run "
                                           "a ring over TOPOCCL_GPU_NCHANNELS lanes where the ring supports the collective"};

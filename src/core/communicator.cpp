@@ -27,6 +27,7 @@
 #include "common/log.hpp"
 #include "common/params.hpp"
 #include "core/execution.hpp"
+#include "core/gpu_staging.hpp"
 #include "core/plan_buffers.hpp"
 #include "kernels/host_copy.hpp"
 #include "kernels/host_reduce.hpp"
@@ -483,6 +484,8 @@ Communicator::~Communicator() {
   }
   queueChanged_.notify_all();
   if (engine_.joinable()) engine_.join();
+  gpuStagingForAbort_.store(nullptr);
+  gpuStaging_.reset();  // after the engine: its last jobs released their waiting kernels
 }
 
 transport::Transport& Communicator::transportFor(int peer) const {
@@ -837,7 +840,19 @@ bool Communicator::hasGpuPath() {
   return gpuPath_ != nullptr;
 }
 
+bool Communicator::gpuStaged() const {
+  // Decided once: every call of a communicator takes the same route (its ranks decide alike).
+  if (const int known = gpuStagedState_.load(std::memory_order_acquire); known >= 0) return known == 1;
+  const std::string mode = params::kGpuStaged.get();
+  if (mode != "auto" && mode != "always" && mode != "never")
+    throwInvalidArgument(std::string(params::kGpuStaged.name()) + "=" + mode + " must be auto, always or never");
+  const bool staged = mode == "always" || (mode == "auto" && locality_->nhosts() > 1);
+  gpuStagedState_.store(staged ? 1 : 0, std::memory_order_release);
+  return staged;
+}
+
 void Communicator::ensureGpuPath(int device) {
+  if (gpuStaged()) return;  // staged calls need no FIFOs
   std::lock_guard lock(gpuMutex_);
   if (gpuPath_) return;
   const ScopedGpuDevice onDevice(device);  // the set-up allocates on the current device
@@ -856,8 +871,35 @@ void Communicator::ensureGpuPath(int device) {
   gpuPathForAbort_.store(gpuPath_.get());
 }
 
+std::shared_ptr<Work> Communicator::enqueueStaged(const char* function, std::vector<Operation> operations, void* stream,
+                                                const std::vector<void*>& otherStreams) {
+  if (stopping_.load() || aborted_.load()) throwInvalidUsage(std::string(function) + ": communicator is being destroyed or was aborted");
+  // The copies and the waiting kernel run on the device that holds the call's GPU buffers.
+  int device = -1;
+  for (const Operation& op : operations) {
+    if (const auto* p2p = std::get_if<PointToPointArgs>(&op)) device = gpuDeviceOf(p2p->isSend ? p2p->send : p2p->recv);
+    else device = gpuDeviceOf(std::get<CollectiveArgs>(op).recv ? std::get<CollectiveArgs>(op).recv : std::get<CollectiveArgs>(op).send);
+    if (device >= 0) break;
+  }
+  const ScopedGpuDevice onDevice(device);
+  std::lock_guard lock(stagingMutex_);
+  if (!gpuStaging_) {
+    gpuStaging_ = makeGpuStaging(rank_, nranks_, timeout_);
+    gpuStagingForAbort_.store(gpuStaging_.get());
+    TOPOCCL_INFO(log::kInit, "rank %d: GPU buffers go through pinned host memory (%s)", rank_,
+                 locality_->nhosts() > 1 ? "peers on other hosts" : "point-to-point, or TOPOCCL_GPU_STAGED=always");
+  }
+  JobHooks hooks = gpuStaging_->stage(operations, stream, otherStreams);
+  return submit(std::move(operations), std::move(hooks));
+}
+
 void Communicator::enqueueOnGpu(const char* function, const CollectiveArgs& args, void* stream) {
   checkGpuBuffers(function, args);
+  if (gpuStaged()) {
+    if (args.count == 0) return;
+    enqueueStaged(function, {args}, stream);
+    return;
+  }
   ensureGpuPath(-1);
   std::lock_guard lock(gpuMutex_);
   SelectedPlan selected = selectPlan(args);
@@ -1148,6 +1190,16 @@ void Communicator::runGroup(std::vector<Operation>& operations) {
   }
 }
 
+void Communicator::recordFailure(ncclResult_t code, const std::string& message) {
+  TOPOCCL_WARN("%s", message.c_str());
+  std::lock_guard lock(queueMutex_);
+  if (asyncError_ == ncclSuccess) {
+    asyncError_ = code;
+    asyncErrorMessage_ = message;
+    failed_.store(true, std::memory_order_release);
+  }
+}
+
 ncclResult_t Communicator::execute(std::vector<Operation>& operations, std::string& message) {
   if (failed_.load(std::memory_order_acquire)) {
     std::lock_guard lock(queueMutex_);
@@ -1164,15 +1216,7 @@ ncclResult_t Communicator::execute(std::vector<Operation>& operations, std::stri
     code = ncclInternalError;
     message = e.what();
   }
-  if (code != ncclSuccess) {
-    TOPOCCL_WARN("%s", message.c_str());
-    std::lock_guard lock(queueMutex_);
-    if (asyncError_ == ncclSuccess) {
-      asyncError_ = code;
-      asyncErrorMessage_ = message;
-      failed_.store(true, std::memory_order_release);
-    }
-  }
+  if (code != ncclSuccess) recordFailure(code, message);
   return code;
 }
 
@@ -1218,7 +1262,18 @@ void Communicator::progressLoop() {
       queued_.fetch_sub(1, std::memory_order_seq_cst);
     }
     std::string message;
-    const ncclResult_t code = execute(job.operations, message);
+    ncclResult_t code = ncclSuccess;
+    if (job.hooks.before) {
+      try {
+        code = job.hooks.before(message);
+      } catch (const std::exception& e) {
+        code = ncclInternalError;
+        message = e.what();
+      }
+      if (code != ncclSuccess) recordFailure(code, message);
+    }
+    if (code == ncclSuccess) code = execute(job.operations, message);
+    if (job.hooks.after) job.hooks.after(code);
     job.work->complete(code, std::move(message));
     releaseEngine(true);
   }
@@ -1254,15 +1309,17 @@ std::shared_ptr<Work> Communicator::runBlocking(std::vector<Operation> operation
   return work;
 }
 
-std::shared_ptr<Work> Communicator::submit(std::vector<Operation> operations) {
+std::shared_ptr<Work> Communicator::submit(std::vector<Operation> operations, JobHooks hooks) {
   auto work = std::make_shared<Work>();
   {
-    std::lock_guard lock(queueMutex_);
+    std::unique_lock lock(queueMutex_);
     if (stopping_ || aborted_) {
+      lock.unlock();
+      if (hooks.after) hooks.after(ncclInvalidUsage);
       work->complete(ncclInvalidUsage, "communicator is being destroyed or was aborted");
       return work;
     }
-    queue_.push_back({std::move(operations), work});
+    queue_.push_back({std::move(operations), work, std::move(hooks)});
     pending_.fetch_add(1, std::memory_order_seq_cst);
     queued_.fetch_add(1, std::memory_order_seq_cst);
   }
@@ -1286,6 +1343,7 @@ void Communicator::finalize() {
 void Communicator::abort() {
   aborted_ = true;
   if (GpuPath* gpu = gpuPathForAbort_.load()) gpu->abort();  // kernels stop at their next wait
+  if (GpuStaging* staging = gpuStagingForAbort_.load()) staging->abort();
   if (bootstrap_) bootstrap_->abort();
   std::deque<Job> dropped;
   {
@@ -1300,7 +1358,10 @@ void Communicator::abort() {
       failed_.store(true, std::memory_order_release);
     }
   }
-  for (auto& job : dropped) job.work->complete(ncclInvalidUsage, "communicator was aborted before this ran");
+  for (auto& job : dropped) {
+    if (job.hooks.after) job.hooks.after(ncclInvalidUsage);
+    job.work->complete(ncclInvalidUsage, "communicator was aborted before this ran");
+  }
   queueChanged_.notify_all();
   idle_.notify_all();
   if (engine_.joinable() && engine_.get_id() != std::this_thread::get_id()) engine_.join();
@@ -1315,6 +1376,9 @@ ncclResult_t Communicator::asyncError() const {
     std::lock_guard lock(queueMutex_);
     return asyncError_;
   }
+  // ncclInProgress is for non-blocking communicators (NCCL's meaning); a blocking one with staged GPU calls in
+  // flight is not failing (PyTorch's watchdog takes anything but ncclSuccess as an error).
+  if (options_.blocking) return ncclSuccess;
   const bool working = pending_.load(std::memory_order_seq_cst) > 0 || busy_.load(std::memory_order_seq_cst);
   return working ? ncclInProgress : ncclSuccess;
 }

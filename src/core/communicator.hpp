@@ -36,6 +36,7 @@
 namespace topoccl::core {
 
 class Execution;
+class GpuStaging;
 
 // A reduction as the caller asked for it; PreMulSum carries its scalar.
 struct ReduceSpec {
@@ -99,8 +100,17 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   void ensureGpuPath(int device);
   bool hasGpuPath();
 
-  // Queues a group of operations that progress together; returns at once.
-  std::shared_ptr<Work> submit(std::vector<Operation> operations);
+  // Queues a group of operations that progress together; returns at once. `hooks` run around it on the engine.
+  std::shared_ptr<Work> submit(std::vector<Operation> operations, JobHooks hooks = {});
+  // Operations on GPU buffers through host memory (core/gpu_staging.hpp), enqueued on `stream` (a
+  // cudaStream_t; `otherStreams` join it, for a group whose calls name several): point-to-point, and
+  // collectives whose peers the GPU path cannot reach. Returns at once; failures become asynchronous errors.
+  // The operations may also hold host buffers (a group's host calls), which are used in place.
+  std::shared_ptr<Work> enqueueStaged(const char* function, std::vector<Operation> operations, void* stream,
+                                      const std::vector<void*>& otherStreams = {});
+  // Whether GPU collectives go through host staging rather than the GPU path's FIFOs: a peer on another host,
+  // or TOPOCCL_GPU_STAGED=always.
+  bool gpuStaged() const;
   // Runs a group to completion on the calling thread when the engine is idle (saving two thread
   // hand-offs per blocking call), else queues it behind the running work and waits. The error text
   // goes to `message`. The per-call path of a blocking caller: no allocation, lock or syscall.
@@ -183,8 +193,10 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   struct Job {
     std::vector<Operation> operations;
     std::shared_ptr<Work> work;
+    JobHooks hooks;
   };
   ncclResult_t execute(std::vector<Operation>& operations, std::string& message);  // records the first error
+  void recordFailure(ncclResult_t code, const std::string& message);
   // After a job (`queuedJob`: one from the queue, counted in pending_): lets the next one in, wakes
   // whoever waits for it.
   void releaseEngine(bool queuedJob);
@@ -254,6 +266,10 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::mutex gpuMutex_;                // enqueueOnGpu callers
   std::unique_ptr<GpuPath> gpuPath_;  // set up by the first GPU collective
   std::atomic<GpuPath*> gpuPathForAbort_{nullptr};  // the same, for abort() and asyncError() without the lock
+  std::mutex stagingMutex_;                // enqueueStaged callers: tickets are handed out in submission order
+  std::unique_ptr<GpuStaging> gpuStaging_;  // set up by the first staged call
+  std::atomic<GpuStaging*> gpuStagingForAbort_{nullptr};
+  mutable std::atomic<int> gpuStagedState_{-1};  // gpuStaged(): -1 not decided yet, else 0 / 1
 
   // The last finished collective's execution, reused (reset, no allocation) when the next call resolves to the
   // same plan, buffers, count, type and reduction: the per-call path of a training loop. Declared last so it

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -50,6 +51,43 @@ void check(cudaError_t status, const std::string& what) {
   }
 }
 
+// The pool ncclMemAlloc and the GPU path's work buffers come from: one per device, which keeps what is freed
+// (release threshold: never). CUDA's default pool hands freed memory back to the driver at every synchronize;
+// with ranks as threads of one process a rank may synchronize while a peer's kernel waits for this rank's next
+// launch, and if that hand-back waits for the device the ranks deadlock. Suspected, not confirmed, for a 4-rank
+// run on an H100 (2026-11-26) whose ring broadcast timed out once. Falls back to the default pool.
+cudaMemPool_t retainingPool(int device) {
+  static std::mutex mutex;
+  static std::map<int, cudaMemPool_t> pools;
+  std::lock_guard lock(mutex);
+  if (auto it = pools.find(device); it != pools.end()) return it->second;
+  cudaMemPool_t pool = nullptr;
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = device;
+  if (cudaMemPoolCreate(&pool, &props) == cudaSuccess) {
+    uint64_t never = UINT64_MAX;  // cuuint64_t
+    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &never);
+  } else {
+    cudaGetLastError();
+    if (cudaDeviceGetDefaultMemPool(&pool, device) != cudaSuccess) {
+      cudaGetLastError();
+      pool = nullptr;
+    }
+  }
+  pools[device] = pool;
+  return pool;
+}
+
+// cudaMallocAsync from the retaining pool of the current device.
+cudaError_t allocateOnStream(void** pointer, size_t bytes, cudaStream_t stream) {
+  int device = 0;
+  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  cudaMemPool_t pool = retainingPool(device);
+  return pool ? cudaMallocFromPoolAsync(pointer, bytes, pool, stream) : cudaMallocAsync(pointer, bytes, stream);
+}
+
 constexpr uint32_t kMaxLanes = 64;
 constexpr size_t kImageSlots = 8;  // launches in flight per communicator before the host waits for the oldest
 constexpr size_t kInitialImageBytes = 64 << 10;  // pinned per image slot; a 64-rank ring's plan needs about 20 KiB
@@ -79,7 +117,7 @@ class DeviceArena {
     if (data_) check(cudaFreeAsync(data_, stream), "freeing a work buffer (cudaFreeAsync)");
     data_ = nullptr;
     capacity_ = 0;
-    check(cudaMallocAsync(reinterpret_cast<void**>(&data_), bytes, stream),
+    check(allocateOnStream(reinterpret_cast<void**>(&data_), bytes, stream),
           "cudaMallocAsync of a " + std::to_string(bytes) + "-byte work buffer");
     capacity_ = bytes;
     return data_;
@@ -94,6 +132,7 @@ class CudaGpuPath final : public GpuPath {
  public:
   explicit CudaGpuPath(const GpuPathContext& context) : context_(context) {
     check(cudaGetDevice(&device_), "cudaGetDevice");
+    check(kernels::loadKernels(), "loading topoccl's kernels");  // before any of ours runs: see loadKernels
     const int n = context.nranks;
     channels_ = std::max(1, context.nchannels);
     const int64_t slots = params::kGpuFifoSlots.get();
@@ -312,7 +351,7 @@ class CudaGpuPath final : public GpuPath {
       if (slot.device) check(cudaFreeAsync(slot.device, stream), "cudaFreeAsync of a plan image");
       slot.device = nullptr;
       slot.capacity = 0;
-      check(cudaMallocAsync(reinterpret_cast<void**>(&slot.device), imageBytes, stream), "cudaMallocAsync of a plan image");
+      check(allocateOnStream(reinterpret_cast<void**>(&slot.device), imageBytes, stream), "cudaMallocAsync of a plan image");
       slot.capacity = imageBytes;
     }
     kernels::DevicePlan header;
@@ -507,7 +546,7 @@ ScopedGpuDevice::~ScopedGpuDevice() {
 // rank's kernel (ranks as threads of one process) that waits for this rank's next call.
 void* gpuAllocate(size_t bytes) {
   void* pointer = nullptr;
-  check(cudaMallocAsync(&pointer, bytes, cudaStreamPerThread), "cudaMallocAsync of " + std::to_string(bytes) + " bytes of GPU memory");
+  check(allocateOnStream(&pointer, bytes, cudaStreamPerThread), "cudaMallocAsync of " + std::to_string(bytes) + " bytes of GPU memory");
   check(cudaStreamSynchronize(cudaStreamPerThread), "cudaMallocAsync of " + std::to_string(bytes) + " bytes of GPU memory");
   return pointer;
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <string>
 
@@ -24,6 +25,14 @@ class Work {
   bool completed_ = false;
   ncclResult_t code_ = ncclInProgress;
   std::string message_;
+};
+
+// What runs around a queued job on the progress engine (GPU staging uses it: core/gpu_staging.hpp). `before`
+// may wait (for a stream's copies into host memory) and fail the job with a code and message instead of
+// running it; `after` runs exactly once, whatever happened, also for a job the communicator never ran.
+struct JobHooks {
+  std::function<ncclResult_t(std::string& message)> before;
+  std::function<void(ncclResult_t)> after;
 };
 
 }  // namespace topoccl::core

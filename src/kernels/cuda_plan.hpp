@@ -22,6 +22,19 @@ inline constexpr unsigned kPlanThreadsPerLane = 512;
 cudaError_t launchPlan(DataType type, ReduceOp op, bool reduces, const DevicePlan* plan, uint32_t lanes,
                        unsigned threadsPerLane, cudaStream_t stream);
 
+// Loads every topoccl kernel into the current device's context now. Under CUDA's lazy loading (the default) a
+// kernel's first launch loads it, and loading may wait for the kernels already running in the context: a plan
+// kernel that waits for a peer rank (a thread of this process) whose next launch is stuck behind that load
+// never finishes. So the GPU path and GPU staging load everything at set-up, as NCCL does.
+cudaError_t loadKernels();
+cudaError_t loadReduceKernels();  // reduce_kernels.cu's share of loadKernels
+cudaError_t loadWaitKernel();     // host_wait.cu's
+
+// Enqueues on `stream` a one-thread kernel that returns once *published (mapped host memory the host
+// writes) reaches `ticket`, or *abortFlag is non-zero: the stream waits there for the host (GPU staging,
+// core/gpu_staging.hpp) without holding a host thread.
+cudaError_t launchWaitForHost(const uint64_t* published, uint64_t ticket, const uint64_t* abortFlag, cudaStream_t stream);
+
 }  // namespace topoccl::kernels
 
 #endif

@@ -2,15 +2,20 @@
 // fork()ed processes (CUDA IPC between them) and as threads of one process, buffers from ncclMemAlloc (device
 // memory), each call enqueued on the rank's stream. Every collective at 1 element, a prime count and past a
 // MiB, in and out of place, against the definition; two calls queued back to back before one synchronize;
-// and a rank whose peer never calls stops with an error (watchdog abort) instead of hanging.
+// and a rank whose peer never calls stops with an error (watchdog abort) instead of hanging. Then the same
+// collectives through host staging (TOPOCCL_GPU_STAGED=always with threads; processes that name different hosts
+// with NCCL_HOSTID, so the bytes go over TCP), and point-to-point on GPU buffers (grouped rings and all-to-all
+// with random data, back-to-back calls outside a group, a GPU send beside a host-memory receive).
 // Exits 77 ("skipped: no GPU") where there is none.
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -23,6 +28,17 @@ using topoccl::algo::Collective;
 namespace {
 
 float inputValue(int rank, size_t i) { return static_cast<float>(static_cast<int>((rank * 131 + i * 7) % 7) - 3); }
+
+uint64_t gSeed = 0;  // drawn in main before the ranks start (forked children inherit it)
+
+// A random float that floats hold exactly, from (seed, rank, tag, index).
+float randomValue(int rank, int tag, size_t i) {
+  uint64_t x = gSeed ^ (static_cast<uint64_t>(rank) << 48) ^ (static_cast<uint64_t>(tag) << 40) ^ (i * 0x9e3779b97f4a7c15ull);
+  x ^= x >> 31;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 29;
+  return static_cast<float>(static_cast<int64_t>(x % 2000001) - 1000000);
+}
 
 struct Call {
   Collective collective;
@@ -194,6 +210,111 @@ int checkAll(int rank, int n, ncclComm_t comm) {
   return failures;
 }
 
+void* deviceFilled(int rank, int tag, size_t count) {
+  void* buffer = nullptr;
+  if (ncclMemAlloc(&buffer, std::max<size_t>(count, 1) * 4) != ncclSuccess) return nullptr;
+  std::vector<float> host(count);
+  for (size_t i = 0; i < count; ++i) host[i] = randomValue(rank, tag, i);
+  cudaMemcpy(buffer, host.data(), count * 4, cudaMemcpyHostToDevice);
+  return buffer;
+}
+
+// Compares count floats at `got` (device or host memory) with randomValue(from, tag, first + i).
+bool matches(const void* got, bool onDevice, int from, int tag, size_t first, size_t count, std::string& why) {
+  std::vector<float> host(count);
+  if (onDevice) cudaMemcpy(host.data(), got, count * 4, cudaMemcpyDeviceToHost);
+  else std::memcpy(host.data(), got, count * 4);
+  for (size_t i = 0; i < count; ++i)
+    if (host[i] != randomValue(from, tag, first + i)) {
+      why = "element " + std::to_string(i) + " is " + std::to_string(host[i]) + ", want " +
+            std::to_string(randomValue(from, tag, first + i)) + " (from rank " + std::to_string(from) + ")";
+      return false;
+    }
+  return true;
+}
+
+// ncclSend/ncclRecv on GPU buffers (staged through pinned host memory).
+int pointToPointChecks(int rank, int n, ncclComm_t comm) {
+  int failures = 0;
+  auto fail = [&](const std::string& what) {
+    std::printf("FAILED: rank %d: %s\n", rank, what.c_str());
+    ++failures;
+  };
+  cudaSetDevice(0);
+  cudaStream_t stream = nullptr;
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+  std::string why;
+  // A ring shift in a group, at 1 element, a prime count and past 4 MiB.
+  for (size_t count : {size_t{1}, size_t{4099}, size_t{(1 << 20) + 3}}) {
+    void* send = deviceFilled(rank, 1, count);
+    void* recv = deviceFilled(-1, 0, count);
+    cudaStreamSynchronize(cudaStreamLegacy);
+    ncclGroupStart();
+    ncclResult_t r = ncclSend(send, count, ncclFloat, next, comm, stream);
+    if (r == ncclSuccess) r = ncclRecv(recv, count, ncclFloat, prev, comm, stream);
+    const ncclResult_t ended = ncclGroupEnd();
+    if (r != ncclSuccess || ended != ncclSuccess) fail("ring shift of " + std::to_string(count) + ": " + ncclGetLastError(comm));
+    if (cudaStreamSynchronize(stream) != cudaSuccess) fail("ring shift: stream");
+    if (!matches(recv, true, prev, 1, 0, count, why)) fail("ring shift of " + std::to_string(count) + ": " + why);
+    ncclMemFree(send);
+    ncclMemFree(recv);
+  }
+  // All-to-all from grouped sends and receives, self included; blocks of a prime count.
+  {
+    const size_t block = 1009;
+    void* send = deviceFilled(rank, 2, block * n);
+    void* recv = deviceFilled(-1, 0, block * n);
+    cudaStreamSynchronize(cudaStreamLegacy);
+    ncclGroupStart();
+    for (int q = 0; q < n; ++q) {
+      ncclSend(static_cast<float*>(send) + q * block, block, ncclFloat, q, comm, stream);
+      ncclRecv(static_cast<float*>(recv) + q * block, block, ncclFloat, q, comm, stream);
+    }
+    if (ncclGroupEnd() != ncclSuccess) fail(std::string("all-to-all by send/recv: ") + ncclGetLastError(comm));
+    cudaStreamSynchronize(stream);
+    for (int q = 0; q < n; ++q)
+      if (!matches(static_cast<float*>(recv) + q * block, true, q, 2, rank * block, block, why))
+        fail("all-to-all by send/recv, block from rank " + std::to_string(q) + ": " + why);
+    ncclMemFree(send);
+    ncclMemFree(recv);
+  }
+  // Outside a group, rank 0 to rank 1: two sends back to back before one synchronize arrive in order.
+  if (rank < 2) {
+    const size_t count = 12347;
+    void* first = deviceFilled(rank, 3, count);
+    void* second = deviceFilled(rank, 4, count);
+    cudaStreamSynchronize(cudaStreamLegacy);
+    ncclResult_t r = ncclSuccess;
+    for (void* buffer : {first, second}) {
+      if (r != ncclSuccess) break;
+      r = rank == 0 ? ncclSend(buffer, count, ncclFloat, 1, comm, stream) : ncclRecv(buffer, count, ncclFloat, 0, comm, stream);
+    }
+    if (r != ncclSuccess) fail(std::string("send/recv outside a group: ") + ncclGetLastError(comm));
+    cudaStreamSynchronize(stream);
+    if (rank == 1 && (!matches(first, true, 0, 3, 0, count, why) || !matches(second, true, 0, 4, 0, count, why)))
+      fail("send/recv outside a group: " + why);
+    ncclMemFree(first);
+    ncclMemFree(second);
+  }
+  // A GPU send beside a receive into host memory in one group: the host buffer is ready when ncclGroupEnd returns.
+  {
+    const size_t count = 70001;
+    void* send = deviceFilled(rank, 5, count);
+    std::vector<float> hostRecv(count, -1.0f);
+    cudaStreamSynchronize(cudaStreamLegacy);
+    ncclGroupStart();
+    ncclSend(send, count, ncclFloat, next, comm, stream);
+    ncclRecv(hostRecv.data(), count, ncclFloat, prev, comm, stream);
+    if (ncclGroupEnd() != ncclSuccess) fail(std::string("GPU send beside a host receive: ") + ncclGetLastError(comm));
+    if (!matches(hostRecv.data(), false, prev, 5, 0, count, why)) fail("GPU send beside a host receive: " + why);
+    cudaStreamSynchronize(stream);
+    ncclMemFree(send);
+  }
+  cudaStreamDestroy(stream);
+  return failures;
+}
+
 // The last rank never calls: the others' kernels wait for it until the watchdog aborts them, and the error
 // names the collective and the timeout.
 int peerNeverCalls(int rank, int n, ncclComm_t comm) {
@@ -234,7 +355,7 @@ int peerNeverCalls(int rank, int n, ncclComm_t comm) {
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a run killed by a timeout still shows how far it got
-  // Optional: "threads" or "processes" runs that mode alone (the watchdog check runs with "threads").
+  // Optional: "processes", "threads", "p2p" or "staged" runs that group alone (the watchdog check runs with "threads").
   const std::string only = argc > 1 ? argv[1] : "";
   // No CUDA call before the forks: a child cannot use a CUDA context its parent created.
   if (access("/dev/nvidiactl", F_OK) != 0) {
@@ -242,19 +363,44 @@ int main(int argc, char** argv) {
     return 77;
   }
   using topoccl::test::RankMode;
+  gSeed = topoccl::test::testSeed();
   int failures = 0;
-  for (RankMode mode : {RankMode::ProcessesShm, RankMode::Threads})
-    for (int n : {2, 3, 4}) {
-      if ((only == "threads" && mode != RankMode::Threads) || (only == "processes" && mode == RankMode::Threads)) continue;
-      const auto result = topoccl::test::runRanks(mode, n, checkAll, {{"TOPOCCL_TIMEOUT_MS", "30000"}}, 900);
-      std::printf("%s, %d ranks on one GPU: %d failures %s\n", topoccl::test::rankModeName(mode), n, result.failures,
-                  result.problems.c_str());
-      failures += result.failures;
-    }
-  if (only != "processes") {
-    const auto stuck = topoccl::test::runRanks(RankMode::Threads, 3, peerNeverCalls, {{"TOPOCCL_TIMEOUT_MS", "3000"}}, 120);
-    std::printf("a peer that never calls: %d failures %s\n", stuck.failures, stuck.problems.c_str());
-    failures += stuck.failures;
+  // Every run with ranks as processes comes first: once this process has used CUDA (ranks as threads), a
+  // forked child cannot.
+  struct Run {
+    std::string group;  // what `only` selects: p2p, staged, processes, threads
+    std::string label;
+    RankMode mode;
+    int nranks;
+    int (*body)(int, int, ncclComm_t);
+    std::map<std::string, std::string> env;
+    int timeoutSeconds;
+  };
+  const std::map<std::string, std::string> plain{{"TOPOCCL_TIMEOUT_MS", "30000"}};
+  const std::map<std::string, std::string> hosts{{"TOPOCCL_TIMEOUT_MS", "30000"}, {"NCCL_HOSTID", "gpu-host-{rank}"}};
+  const std::map<std::string, std::string> staged{{"TOPOCCL_TIMEOUT_MS", "30000"}, {"TOPOCCL_GPU_STAGED", "always"}};
+  std::vector<Run> runs;
+  for (int n : {2, 3, 4})
+    runs.push_back({"processes", "processes over shm, " + std::to_string(n) + " ranks on one GPU", RankMode::ProcessesShm, n, checkAll, plain, 900});
+  for (int n : {2, 3})
+    runs.push_back({"p2p", "send/recv, processes, " + std::to_string(n) + " ranks", RankMode::ProcessesShm, n, pointToPointChecks, plain, 300});
+  runs.push_back({"p2p", "send/recv, processes on 3 hosts (NCCL_HOSTID)", RankMode::ProcessesShm, 3, pointToPointChecks, hosts, 300});
+  runs.push_back({"staged", "staged collectives, processes on 3 hosts (NCCL_HOSTID)", RankMode::ProcessesShm, 3, checkAll, hosts, 600});
+  for (int n : {2, 3, 4})
+    runs.push_back({"threads", "threads, " + std::to_string(n) + " ranks on one GPU", RankMode::Threads, n, checkAll, plain, 900});
+  runs.push_back({"threads", "a peer that never calls", RankMode::Threads, 3, peerNeverCalls, {{"TOPOCCL_TIMEOUT_MS", "3000"}}, 120});
+  for (int n : {2, 3})
+    runs.push_back({"p2p", "send/recv, threads, " + std::to_string(n) + " ranks", RankMode::Threads, n, pointToPointChecks, plain, 300});
+  for (int n : {2, 3})
+    runs.push_back({"staged", "staged collectives, threads (TOPOCCL_GPU_STAGED=always), " + std::to_string(n) + " ranks",
+                    RankMode::Threads, n, checkAll, staged, 600});
+  runs.push_back({"staged", "staged, a peer that never calls", RankMode::Threads, 3, peerNeverCalls,
+                  {{"TOPOCCL_TIMEOUT_MS", "3000"}, {"TOPOCCL_GPU_STAGED", "always"}}, 120});
+  for (const Run& run : runs) {
+    if (!only.empty() && only != run.group) continue;
+    const auto result = topoccl::test::runRanks(run.mode, run.nranks, run.body, run.env, run.timeoutSeconds);
+    std::printf("%s: %d failures %s\n", run.label.c_str(), result.failures, result.problems.c_str());
+    failures += result.failures;
   }
   std::printf("%s\n", failures == 0 ? "gpu collectives: PASSED" : "FAILED");
   return failures == 0 ? 0 : 1;

@@ -7,7 +7,8 @@ topoccl allows it), run with topoccl's library preloaded in place of NVIDIA's:
     LD_PRELOAD=/path/to/topoccl/libnccl.so.2 python3 torch_nccl.py --bench    # + all-reduce timings
     python3 torch_nccl.py --bench --world 1                                     # NVIDIA's NCCL, 1 rank
 
-Checks all_reduce, all_gather_into_tensor, reduce_scatter_tensor and broadcast against a CPU reference computed
+Checks all_reduce, all_gather_into_tensor, reduce_scatter_tensor, broadcast, point-to-point (batch_isend_irecv,
+send/recv) and all_to_all_single against a CPU reference computed
 from every rank's (deterministic) input, exactly (small integers in float32), then trains a small model with
 DistributedDataParallel for 20 steps and compares its weights with the same training on the CPU, where each
 step's gradient is the mean of the ranks' gradients. Prints which libnccl the process mapped and "torch nccl:
@@ -15,6 +16,7 @@ PASSED" or "FAILED: ...". Exit code 0 only when everything matched.
 """
 import argparse
 import ctypes
+import faulthandler
 import os
 import socket
 import sys
@@ -59,6 +61,8 @@ def library_in_use():
 
 
 def worker(rank, world, port, bench, failures):
+    if os.environ.get("TOPOCCL_TEST_STACKS_AFTER"):  # a hang shows where each process waits
+        faulthandler.dump_traceback_later(float(os.environ["TOPOCCL_TEST_STACKS_AFTER"]), exit=False)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.cuda.set_device(0)
     dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda:0"))
@@ -111,6 +115,28 @@ def worker(rank, world, port, bench, failures):
         if not torch.allclose(p.detach().cpu(), q.detach(), rtol=1e-4, atol=1e-5):
             errors.append(f"rank {rank}: DDP weight {name} differs from the CPU training "
                           f"(max |diff| {(p.detach().cpu() - q.detach()).abs().max().item():.3g})")
+
+    # Point-to-point, pipeline parallelism's traffic: a ring by batch_isend_irecv, a blocking send/recv, and
+    # all_to_all_single. After DDP: on 2026-11-26 (H100) the first ring hung here, so what comes before still runs.
+    for n in (1, 4099, 1 << 20):
+        got = torch.empty(n, device="cuda")
+        ops = [dist.P2POp(dist.isend, rank_input(rank, n, step=2).cuda(), (rank + 1) % world),
+               dist.P2POp(dist.irecv, got, (rank - 1) % world)]
+        for request in dist.batch_isend_irecv(ops):
+            request.wait()
+        expect(f"batch_isend_irecv ring of {n}", got, rank_input((rank - 1) % world, n, step=2))
+    if world > 1 and rank < 2:
+        message = rank_input(0, 12347, step=3)
+        if rank == 0:
+            dist.send(message.cuda(), dst=1)
+        else:
+            got = torch.empty(12347, device="cuda")
+            dist.recv(got, src=0)
+            expect("send/recv", got, message)
+    n = 1031
+    got = torch.empty(world * n, device="cuda")
+    dist.all_to_all_single(got, rank_input(rank, world * n, step=4).cuda())
+    expect("all_to_all_single", got, torch.cat([rank_input(q, world * n, step=4)[rank * n:(rank + 1) * n] for q in range(world)]))
 
     if bench:
         for n in [2 ** k for k in range(1, 29, 3)]:

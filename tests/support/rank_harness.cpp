@@ -68,7 +68,13 @@ RunResult runProcesses(int nranks, const RankBody& body, const std::map<std::str
   for (int r = 0; r < nranks; ++r) {
     const pid_t pid = fork();
     if (pid == 0) {
-      for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+      for (const auto& [k, v] : env) {
+        // "{rank}" in a value becomes the child's rank (per-rank settings, such as NCCL_HOSTID).
+        std::string value = v;
+        for (size_t at = value.find("{rank}"); at != std::string::npos; at = value.find("{rank}"))
+          value.replace(at, 6, std::to_string(r));
+        setenv(k.c_str(), value.c_str(), 1);
+      }
       ncclComm_t comm = nullptr;
       int failed = 0;
       if (ncclCommInitRank(&comm, nranks, id, r) != ncclSuccess) {

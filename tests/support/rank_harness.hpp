@@ -21,7 +21,8 @@ struct RunResult {
   std::string problems;    // crashed / timed-out ranks, for the test log
 };
 
-// Environment changes apply to the child processes only (and, for threads, are set around the run).
+// Environment changes apply to the child processes only (and, for threads, are set around the run). In a
+// child, "{rank}" in a value becomes its rank (for threads it stays as written).
 RunResult runRanks(RankMode mode, int nranks, const RankBody& body,
                    const std::map<std::string, std::string>& env = {}, int timeoutSeconds = 600);
 

@@ -37,6 +37,24 @@ cudaError_t launchTypedPlan(const DevicePlan* plan, uint32_t lanes, unsigned thr
   return cudaGetLastError();
 }
 
+using PlanLoadFn = cudaError_t (*)();
+template <class T>
+cudaError_t loadTypedPlan() {
+  cudaFuncAttributes attributes;
+  const void* kernels[] = {reinterpret_cast<const void*>(&planKernel<T, SumOp<T>>), reinterpret_cast<const void*>(&planKernel<T, ProdOp<T>>),
+                           reinterpret_cast<const void*>(&planKernel<T, MaxOp<T>>), reinterpret_cast<const void*>(&planKernel<T, MinOp<T>>)};
+  for (const void* kernel : kernels)
+    if (const cudaError_t e = cudaFuncGetAttributes(&attributes, kernel); e != cudaSuccess) return e;
+  return cudaSuccess;
+}
+struct PlanLoadTableMaker {
+  template <class T>
+  static constexpr std::array<PlanLoadFn, 1> entry() {
+    return {{&loadTypedPlan<T>}};
+  }
+};
+constexpr auto kPlanLoadTable = makeTypeTable<PlanLoadTableMaker>();
+
 struct PlanLaunchTableMaker {
   template <class T>
   static constexpr std::array<PlanLaunchFn, kNumKernelOps> entry() {
@@ -46,6 +64,13 @@ struct PlanLaunchTableMaker {
 constexpr auto kPlanLaunchTable = makeTypeTable<PlanLaunchTableMaker>();
 
 }  // namespace
+
+cudaError_t loadKernels() {
+  for (const auto& entry : kPlanLoadTable)
+    if (const cudaError_t e = entry[0](); e != cudaSuccess) return e;
+  if (const cudaError_t e = loadReduceKernels(); e != cudaSuccess) return e;
+  return loadWaitKernel();
+}
 
 cudaError_t launchPlan(DataType type, ReduceOp op, bool reduces, const DevicePlan* plan, uint32_t lanes,
                        unsigned threadsPerLane, cudaStream_t stream) {

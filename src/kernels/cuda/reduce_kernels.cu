@@ -93,6 +93,29 @@ cudaError_t launchDivideTyped(void* dst, const void* src, size_t count, uint64_t
   }
 }
 
+// Forces the lazy loader to load every kernel of type T now (cudaFuncGetAttributes loads a kernel).
+using LoadFn = cudaError_t (*)();
+template <class T>
+cudaError_t loadTyped() {
+  cudaFuncAttributes attributes;
+  const void* kernels[] = {reinterpret_cast<const void*>(&packedReduceKernel<T, SumOp<T>>),
+                           reinterpret_cast<const void*>(&packedReduceKernel<T, ProdOp<T>>),
+                           reinterpret_cast<const void*>(&packedReduceKernel<T, MaxOp<T>>),
+                           reinterpret_cast<const void*>(&packedReduceKernel<T, MinOp<T>>),
+                           reinterpret_cast<const void*>(&scaleKernel<T>)};
+  for (const void* kernel : kernels)
+    if (const cudaError_t e = cudaFuncGetAttributes(&attributes, kernel); e != cudaSuccess) return e;
+  if constexpr (kIsIntegerElement<T>) return cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(&divideKernel<T>));
+  return cudaSuccess;
+}
+struct LoadTableMaker {
+  template <class T>
+  static constexpr std::array<LoadFn, 1> entry() {
+    return {{&loadTyped<T>}};
+  }
+};
+constexpr auto kLoadTable = makeTypeTable<LoadTableMaker>();
+
 struct ScaleTableMaker {
   template <class T>
   static constexpr std::array<ScaleFn, 1> entry() {
@@ -110,6 +133,13 @@ struct DivideTableMaker {
 constexpr auto kDivideTable = makeTypeTable<DivideTableMaker>();
 
 }  // namespace
+
+cudaError_t loadReduceKernels() {
+  for (const auto& entry : kLoadTable)
+    if (const cudaError_t e = entry[0](); e != cudaSuccess) return e;
+  cudaFuncAttributes attributes;
+  return cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(&packedCopyKernel));
+}
 
 cudaError_t launchScale(DataType type, void* dst, const void* src, size_t count, const void* hostScalar,
                         const void* deviceScalar, cudaStream_t stream) {

@@ -1,0 +1,188 @@
+// The progress engine's job hooks, which GPU staging (core/gpu_staging.hpp) relies on: `before` runs first and
+// may hold the job (waiting for a stream's copies) or fail it without running it; `after` runs exactly once for
+// every job, after its operations, also when the job failed, was dropped by an abort, or came after one.
+// Thread ranks; results against a double-precision sum of fresh random inputs.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bootstrap/bootstrap.hpp"
+#include "core/communicator.hpp"
+
+using namespace topoccl;
+
+namespace {
+
+core::CollectiveArgs allReduce(const std::vector<float>& in, std::vector<float>& out) {
+  core::CollectiveArgs args;
+  args.collective = algo::Collective::AllReduce;
+  args.count = in.size();
+  args.type = DataType::Float32;
+  args.send = in.data();
+  args.recv = out.data();
+  return args;
+}
+
+}  // namespace
+
+TEST_CASE("core: job hooks hold a job until its input is ready, and release it after, in submission order", "[core][hooks]") {
+  const int nranks = 3, jobs = 4;
+  const size_t count = 4099;
+  std::mt19937_64 rng(std::random_device{}());
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  // inputs[r][j]: what the "stream" writes into rank r's staging buffer of job j, only after the job is queued.
+  std::vector<std::vector<std::vector<float>>> inputs(nranks, std::vector<std::vector<float>>(jobs, std::vector<float>(count)));
+  for (auto& rank : inputs)
+    for (auto& job : rank)
+      for (float& x : job) x = value(rng);
+  std::vector<std::vector<std::vector<float>>> staged(nranks, std::vector<std::vector<float>>(jobs, std::vector<float>(count, 0.0f)));
+  std::vector<std::vector<std::vector<float>>> outputs(nranks, std::vector<std::vector<float>>(jobs, std::vector<float>(count, -7.0f)));
+  std::vector<std::string> errors(nranks);
+  std::vector<std::vector<std::string>> events(nranks);
+  const bootstrap::UniqueId id = bootstrap::createUniqueId();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < nranks; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        auto comm = core::Communicator::create(id, nranks, r, core::CommOptions{});
+        std::mutex eventsMutex;
+        auto note = [&](std::string e) {
+          std::lock_guard lock(eventsMutex);
+          events[r].push_back(std::move(e));
+        };
+        std::vector<std::atomic<bool>> ready(jobs);
+        std::vector<std::shared_ptr<core::Work>> works;
+        for (int j = 0; j < jobs; ++j) {
+          core::JobHooks hooks;
+          hooks.before = [&, j](std::string&) {
+            while (!ready[j].load(std::memory_order_acquire)) std::this_thread::sleep_for(std::chrono::microseconds(200));
+            note("before " + std::to_string(j));
+            return ncclSuccess;
+          };
+          hooks.after = [&, j](ncclResult_t code) {
+            // The operations ran before this: the output is final.
+            bool written = outputs[r][j][0] != -7.0f;
+            note("after " + std::to_string(j) + (code == ncclSuccess && written ? " ok" : " bad"));
+          };
+          works.push_back(comm->submit({allReduce(staged[r][j], outputs[r][j])}, std::move(hooks)));
+        }
+        // The "copies in" land after every job is queued, last job first: the engine still runs them in order.
+        for (int j = jobs - 1; j >= 0; --j) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          staged[r][j] = inputs[r][j];
+          ready[j].store(true, std::memory_order_release);
+        }
+        for (auto& w : works) {
+          w->wait();
+          if (w->result() != ncclSuccess) errors[r] = w->errorMessage();
+        }
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < nranks; ++r) {
+    INFO("rank " << r);
+    CHECK(errors[r].empty());
+    std::vector<std::string> want;
+    for (int j = 0; j < jobs; ++j) {
+      want.push_back("before " + std::to_string(j));
+      want.push_back("after " + std::to_string(j) + " ok");
+    }
+    CHECK(events[r] == want);
+    for (int j = 0; j < jobs; ++j) {
+      size_t wrong = 0;
+      for (size_t i = 0; i < count; ++i) {
+        double sum = 0;
+        for (int q = 0; q < nranks; ++q) sum += inputs[q][j][i];
+        if (std::abs(outputs[r][j][i] - sum) > 1e-5 * (1 + std::abs(sum))) ++wrong;
+      }
+      CHECK(wrong == 0);
+    }
+  }
+}
+
+TEST_CASE("core: a failing before-hook fails its job without running it; after runs for every job, dropped ones too",
+          "[core][hooks]") {
+  const bootstrap::UniqueId id = bootstrap::createUniqueId();
+  auto comm = core::Communicator::create(id, 1, 0, core::CommOptions{});
+  std::mt19937_64 rng(std::random_device{}());
+  std::vector<float> in(1031), out(1031, -7.0f);
+  for (float& x : in) x = static_cast<float>(rng() % 1000);
+
+  std::vector<ncclResult_t> afterCodes;
+  std::mutex afterMutex;
+  auto recordAfter = [&](ncclResult_t code) {
+    std::lock_guard lock(afterMutex);
+    afterCodes.push_back(code);
+  };
+
+  SECTION("a before-hook's failure") {
+    core::JobHooks hooks;
+    hooks.before = [](std::string& message) {
+      message = "rank 0: the stream did not reach a staged GPU call";
+      return ncclRemoteError;
+    };
+    hooks.after = recordAfter;
+    auto work = comm->submit({allReduce(in, out)}, std::move(hooks));
+    work->wait();
+    CHECK(work->result() == ncclRemoteError);
+    CHECK(work->errorMessage().find("did not reach") != std::string::npos);
+    CHECK(out[0] == -7.0f);  // the operation did not run
+    CHECK(afterCodes == std::vector<ncclResult_t>{ncclRemoteError});
+    CHECK(comm->asyncError() == ncclRemoteError);
+    CHECK(comm->asyncErrorMessage().find("did not reach") != std::string::npos);
+    // Later jobs fail at once (the communicator failed), and still release their waiters.
+    core::JobHooks later;
+    later.after = recordAfter;
+    auto next = comm->submit({allReduce(in, out)}, std::move(later));
+    next->wait();
+    CHECK(next->result() == ncclRemoteError);
+    CHECK(afterCodes.size() == 2);
+  }
+
+  SECTION("an abort drops queued jobs, and their after-hooks still run") {
+    std::atomic<bool> started{false}, release{false};
+    core::JobHooks first;
+    first.before = [&](std::string&) {
+      started.store(true);
+      while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      return ncclSuccess;
+    };
+    first.after = recordAfter;
+    auto held = comm->submit({allReduce(in, out)}, std::move(first));
+    std::vector<float> out2(in.size(), -7.0f), out3(in.size(), -7.0f);
+    core::JobHooks second, third;
+    second.after = recordAfter;
+    third.after = recordAfter;
+    auto dropped1 = comm->submit({allReduce(in, out2)}, std::move(second));
+    auto dropped2 = comm->submit({allReduce(in, out3)}, std::move(third));
+    while (!started.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::thread releaser([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      release.store(true);
+    });
+    comm->abort();  // drops the two queued jobs, then waits for the running one
+    releaser.join();
+    held->wait();
+    CHECK(dropped1->result() == ncclInvalidUsage);
+    CHECK(dropped2->result() == ncclInvalidUsage);
+    CHECK(out2[0] == -7.0f);
+    CHECK(out3[0] == -7.0f);
+    REQUIRE(afterCodes.size() == 3);
+    CHECK(afterCodes[0] == ncclInvalidUsage);  // the dropped ones, released by abort()
+    CHECK(afterCodes[1] == ncclInvalidUsage);
+    // After an abort, a new job is refused and its after-hook runs at once.
+    core::JobHooks late;
+    late.after = recordAfter;
+    auto refused = comm->submit({allReduce(in, out)}, std::move(late));
+    CHECK(refused->result() == ncclInvalidUsage);
+    CHECK(afterCodes.size() == 4);
+  }
+}
