@@ -1273,9 +1273,11 @@ void Communicator::progressLoop() {
       if (code != ncclSuccess) recordFailure(code, message);
     }
     if (code == ncclSuccess) code = execute(job.operations, message);
+    const bool streamJob = static_cast<bool>(job.hooks.after);
     if (job.hooks.after) job.hooks.after(code);
     job.work->complete(code, std::move(message));
     releaseEngine(true);
+    if (streamJob) streamJobs_.fetch_sub(1, std::memory_order_seq_cst);
   }
 }
 
@@ -1319,6 +1321,7 @@ std::shared_ptr<Work> Communicator::submit(std::vector<Operation> operations, Jo
       work->complete(ncclInvalidUsage, "communicator is being destroyed or was aborted");
       return work;
     }
+    if (hooks.after) streamJobs_.fetch_add(1, std::memory_order_seq_cst);
     queue_.push_back({std::move(operations), work, std::move(hooks)});
     pending_.fetch_add(1, std::memory_order_seq_cst);
     queued_.fetch_add(1, std::memory_order_seq_cst);
@@ -1359,7 +1362,10 @@ void Communicator::abort() {
     }
   }
   for (auto& job : dropped) {
-    if (job.hooks.after) job.hooks.after(ncclInvalidUsage);
+    if (job.hooks.after) {
+      job.hooks.after(ncclInvalidUsage);
+      streamJobs_.fetch_sub(1, std::memory_order_seq_cst);
+    }
     job.work->complete(ncclInvalidUsage, "communicator was aborted before this ran");
   }
   queueChanged_.notify_all();
@@ -1378,8 +1384,10 @@ ncclResult_t Communicator::asyncError() const {
   }
   // ncclInProgress is for non-blocking communicators (NCCL's meaning); a blocking one with staged GPU calls in
   // flight is not failing (PyTorch's watchdog takes anything but ncclSuccess as an error).
+  // Staged GPU calls are on their streams once enqueued: in NCCL's terms they are no longer in progress.
   if (options_.blocking) return ncclSuccess;
-  const bool working = pending_.load(std::memory_order_seq_cst) > 0 || busy_.load(std::memory_order_seq_cst);
+  const size_t pending = pending_.load(std::memory_order_seq_cst);
+  const bool working = pending > streamJobs_.load(std::memory_order_seq_cst) || (pending == 0 && busy_.load(std::memory_order_seq_cst));
   return working ? ncclInProgress : ncclSuccess;
 }
 

@@ -256,6 +256,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::atomic<bool> busy_{false};
   std::atomic<size_t> queued_{0};      // queue_.size()
   std::atomic<size_t> pending_{0};     // queued jobs, until the engine finished them (inline runs: busy_ only)
+  std::atomic<size_t> streamJobs_{0};  // of those, jobs with hooks (GPU staging): on a stream, not in progress
   std::atomic<int> idleWaiters_{0};    // threads in finalize()
   std::atomic<bool> stopping_{false};
   std::atomic<bool> aborted_{false};

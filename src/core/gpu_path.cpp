@@ -443,26 +443,36 @@ class CudaGpuPath final : public GpuPath {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
       if (__atomic_load_n(&hostFlags_[1], __ATOMIC_RELAXED) != kernels::kPlanRunning)
         fail(ncclRemoteError, "rank " + std::to_string(context_.rank) + ": a GPU collective stopped early (ncclCommAbort or a timeout)");
-      std::lock_guard lock(mutex_);
-      while (!watched_.empty()) {
-        Watched& oldest = watched_.front();
-        const cudaError_t state = cudaEventQuery(oldest.event);
-        if (state == cudaErrorNotReady) {
-          if (std::chrono::steady_clock::now() - oldest.since > context_.timeout && failure_.empty()) {
-            failure_ = "rank " + std::to_string(context_.rank) + ": " + oldest.what + " on the GPU did not finish within " +
-                       std::to_string(context_.timeout.count()) + " ms (TOPOCCL_TIMEOUT_MS); aborted. A peer may have " +
-                       "died or not called the same collective.";
-            failureCode_ = ncclRemoteError;
-            __atomic_store_n(&hostFlags_[0], 1, __ATOMIC_RELAXED);
+      for (;;) {
+        cudaEvent_t event = nullptr;
+        {
+          std::lock_guard lock(mutex_);
+          if (watched_.empty()) break;
+          event = watched_.front().event;  // only this thread pops, so the front stays
+        }
+        // Outside the lock: a CUDA call may wait in the driver behind another thread, and asyncError() (PyTorch's
+        // watchdog calls it) must not wait with it.
+        const cudaError_t state = cudaEventQuery(event);
+        {
+          std::lock_guard lock(mutex_);
+          const Watched& oldest = watched_.front();
+          if (state == cudaErrorNotReady) {
+            if (std::chrono::steady_clock::now() - oldest.since > context_.timeout && failure_.empty()) {
+              failure_ = "rank " + std::to_string(context_.rank) + ": " + oldest.what + " on the GPU did not finish within " +
+                         std::to_string(context_.timeout.count()) + " ms (TOPOCCL_TIMEOUT_MS); aborted. A peer may have " +
+                         "died or not called the same collective.";
+              failureCode_ = ncclRemoteError;
+              __atomic_store_n(&hostFlags_[0], 1, __ATOMIC_RELAXED);
+            }
+            break;
           }
-          break;
+          if (state != cudaSuccess && failure_.empty()) {
+            failure_ = "rank " + std::to_string(context_.rank) + ": " + oldest.what + " failed on the GPU: " + cudaGetErrorString(state);
+            failureCode_ = ncclUnhandledCudaError;
+          }
+          watched_.pop_front();
         }
-        if (state != cudaSuccess && failure_.empty()) {
-          failure_ = "rank " + std::to_string(context_.rank) + ": " + oldest.what + " failed on the GPU: " + cudaGetErrorString(state);
-          failureCode_ = ncclUnhandledCudaError;
-        }
-        cudaEventDestroy(oldest.event);
-        watched_.pop_front();
+        cudaEventDestroy(event);
       }
     }
   }

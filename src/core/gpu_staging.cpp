@@ -35,6 +35,10 @@ void check(cudaError_t status, const std::string& what) {
 }
 
 constexpr size_t kAlign = 256;
+// Calls in flight (staged, not yet finished by the engine) at most: each has its own "copied in" word, written by
+// its waiting kernel, since kernels on different streams may start out of ticket order.
+constexpr uint64_t kTicketSlots = 1024;
+constexpr size_t kStartedWords = 16;  // flags_ index of the first "copied in" word (its own cache lines)
 constexpr size_t kMinBlockBytes = 1 << 20;
 
 size_t alignUp(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
@@ -52,10 +56,10 @@ class CudaGpuStaging final : public GpuStaging {
  public:
   CudaGpuStaging(int rank, int nranks, std::chrono::milliseconds timeout) : rank_(rank), nranks_(nranks), timeout_(timeout) {
     check(kernels::loadKernels(), "loading topoccl's kernels");  // see loadKernels: lazy loading can deadlock
-    check(cudaHostAlloc(reinterpret_cast<void**>(&flags_), 2 * sizeof(uint64_t), cudaHostAllocMapped | cudaHostAllocPortable),
+    const size_t words = kStartedWords + kTicketSlots;
+    check(cudaHostAlloc(reinterpret_cast<void**>(&flags_), words * sizeof(uint64_t), cudaHostAllocMapped | cudaHostAllocPortable),
           "cudaHostAlloc of the staging flags");
-    flags_[0] = 0;  // the last ticket the engine finished
-    flags_[1] = 0;  // abort
+    std::fill(flags_, flags_ + words, uint64_t{0});  // [0] last ticket the engine finished, [1] abort
     check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&deviceFlags_), flags_, 0), "cudaHostGetDevicePointer");
   }
 
@@ -98,14 +102,21 @@ class CudaGpuStaging final : public GpuStaging {
       if (t.in && t.bytes > 0)
         check(cudaMemcpyAsync(block.host + t.offset, t.device, t.bytes, cudaMemcpyDeviceToHost, stream),
               "copying " + std::to_string(t.bytes) + " bytes of GPU input to host memory");
-    cudaEvent_t ready = nullptr;
-    check(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreate");
-    const uint64_t ticket = ++ticketsIssued_;
+    // A free "copied in" word for the next ticket: wait for the engine while kTicketSlots calls are in flight.
+    const uint64_t ticket = ticketsIssued_ + 1;
+    for (const auto deadline = std::chrono::steady_clock::now() + timeout_;
+         ticket - __atomic_load_n(&flags_[0], __ATOMIC_ACQUIRE) > kTicketSlots;) {
+      if (std::chrono::steady_clock::now() > deadline)
+        throwRemoteError("rank " + std::to_string(rank_) + ": " + std::to_string(kTicketSlots) + " staged GPU calls are in " +
+                         "flight and none finished within " + std::to_string(timeout_.count()) + " ms (TOPOCCL_TIMEOUT_MS)");
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    ++ticketsIssued_;
     try {
-      check(cudaEventRecord(ready, stream), "cudaEventRecord");
-      check(kernels::launchWaitForHost(deviceFlags_, ticket, deviceFlags_ + 1, stream), "launching the staging wait");
+      check(kernels::launchWaitForHost(deviceFlags_, ticket, deviceFlags_ + 1, deviceFlags_ + kStartedWords + ticket % kTicketSlots,
+                                       stream),
+            "launching the staging wait");
     } catch (...) {
-      cudaEventDestroy(ready);
       --ticketsIssued_;
       throw;
     }
@@ -120,14 +131,15 @@ class CudaGpuStaging final : public GpuStaging {
     } catch (...) {
       // The kernel is on the stream already and no later ticket may pass it early: stop every wait.
       abort();
-      cudaEventDestroy(ready);
       throw;
     }
 
+    // The hooks run on the progress engine and make no CUDA call: a CUDA call there can block behind the
+    // caller's thread, which may itself be waiting in the driver for this very kernel (PyTorch's `.cpu()`, a
+    // pageable copy on the legacy stream, did: NCCL's proxy avoids CUDA for the same reason).
     JobHooks hooks;
-    hooks.before = [this, ready](std::string& message) { return waitForCopiesIn(ready, message); };
-    hooks.after = [this, ready, ticket](ncclResult_t) {
-      cudaEventDestroy(ready);
+    hooks.before = [this, ticket](std::string& message) { return waitForCopiesIn(ticket, message); };
+    hooks.after = [this, ticket](ncclResult_t) {
       // The engine finished the job (or gave up on it): its outputs are in pinned memory; let the stream go on.
       __atomic_store_n(&flags_[0], ticket, __ATOMIC_RELEASE);
     };
@@ -188,35 +200,33 @@ class CudaGpuStaging final : public GpuStaging {
     return blocks_.back();
   }
 
-  // On the engine: the stream has copied the inputs once `ready` completes.
-  ncclResult_t waitForCopiesIn(cudaEvent_t ready, std::string& message) {
+  // On the engine: the stream has copied the inputs once the waiting kernel of `ticket` started, which it
+  // announces in its "copied in" word (the copies before it on the stream are then done and visible).
+  ncclResult_t waitForCopiesIn(uint64_t ticket, std::string& message) {
+    const uint64_t* started = flags_ + kStartedWords + ticket % kTicketSlots;
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
     for (unsigned polls = 0;; ++polls) {
-      const cudaError_t state = cudaEventQuery(ready);
-      if (state == cudaSuccess) return ncclSuccess;
-      if (state != cudaErrorNotReady) {
-        cudaGetLastError();
-        message = "rank " + std::to_string(rank_) + ": copying GPU input to host memory failed: " + cudaGetErrorString(state);
-        return ncclUnhandledCudaError;
-      }
+      if (__atomic_load_n(started, __ATOMIC_ACQUIRE) >= ticket) return ncclSuccess;
       if (__atomic_load_n(&flags_[1], __ATOMIC_ACQUIRE) != 0) {
         message = "rank " + std::to_string(rank_) + ": aborted while waiting for the stream to reach a staged call";
         return ncclInvalidUsage;
       }
       if (std::chrono::steady_clock::now() > deadline) {
         message = "rank " + std::to_string(rank_) + ": the stream did not reach a staged GPU call within " +
-                  std::to_string(timeout_.count()) + " ms (TOPOCCL_TIMEOUT_MS): earlier work on it did not finish";
+                  std::to_string(timeout_.count()) + " ms (TOPOCCL_TIMEOUT_MS): earlier work on it did not finish, "
+                  "or copying the GPU input to host memory failed";
         return ncclRemoteError;
       }
-      if (polls < 64) std::this_thread::yield();
-      else std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (polls < 1024) std::this_thread::yield();  // a memory poll: cheap, and the copies take microseconds
+      else std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
 
   int rank_;
   int nranks_;
   std::chrono::milliseconds timeout_;
-  uint64_t* flags_ = nullptr;        // [0] last finished ticket, [1] abort: mapped pinned memory
+  // Mapped pinned memory: [0] last finished ticket, [1] abort, [kStartedWords + t % kTicketSlots] ticket t copied in.
+  uint64_t* flags_ = nullptr;
   uint64_t* deviceFlags_ = nullptr;  // the same, as the device sees it
   uint64_t ticketsIssued_ = 0;
   std::deque<Block> blocks_;  // stable addresses

@@ -30,10 +30,12 @@ cudaError_t loadKernels();
 cudaError_t loadReduceKernels();  // reduce_kernels.cu's share of loadKernels
 cudaError_t loadWaitKernel();     // host_wait.cu's
 
-// Enqueues on `stream` a one-thread kernel that returns once *published (mapped host memory the host
-// writes) reaches `ticket`, or *abortFlag is non-zero: the stream waits there for the host (GPU staging,
-// core/gpu_staging.hpp) without holding a host thread.
-cudaError_t launchWaitForHost(const uint64_t* published, uint64_t ticket, const uint64_t* abortFlag, cudaStream_t stream);
+// Enqueues on `stream` a one-thread kernel that first writes `ticket` to *started (the stream's earlier work is
+// done), then returns once *published reaches `ticket` or *abortFlag is non-zero; all three in mapped host
+// memory. The stream waits there for the host (GPU staging, core/gpu_staging.hpp), and the host learns that the
+// stream got there without a CUDA call.
+cudaError_t launchWaitForHost(const uint64_t* published, uint64_t ticket, const uint64_t* abortFlag, uint64_t* started,
+                              cudaStream_t stream);
 
 }  // namespace topoccl::kernels
 

@@ -186,3 +186,39 @@ TEST_CASE("core: a failing before-hook fails its job without running it; after r
     CHECK(afterCodes.size() == 4);
   }
 }
+
+TEST_CASE("core: ncclCommGetAsyncError counts a staged (hooked) job as enqueued, not in progress", "[core][hooks]") {
+  // NCCL reports ncclInProgress on non-blocking communicators only, for host-side work; PyTorch's watchdog and
+  // its waitReady() take anything else as failure or a reason to wait. A staged GPU call is on its stream.
+  for (const bool blocking : {true, false}) {
+    INFO("blocking " << blocking);
+    core::CommOptions options;
+    options.blocking = blocking;
+    auto comm = core::Communicator::create(bootstrap::createUniqueId(), 1, 0, options);
+    std::mt19937_64 rng(std::random_device{}());
+    std::vector<float> in(257), out(257, -7.0f), out2(257, -7.0f);
+    for (float& x : in) x = static_cast<float>(rng() % 100);
+    std::atomic<bool> started{false}, release{false};
+    core::JobHooks hooks;
+    hooks.before = [&](std::string&) {
+      started.store(true);
+      while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      return ncclSuccess;
+    };
+    hooks.after = [](ncclResult_t) {};
+    auto staged = comm->submit({allReduce(in, out)}, std::move(hooks));
+    while (!started.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    CHECK(comm->asyncError() == ncclSuccess);
+    auto host = comm->submit({allReduce(in, out2)});  // host work queued behind it
+    CHECK(comm->asyncError() == (blocking ? ncclSuccess : ncclInProgress));
+    release.store(true);
+    staged->wait();
+    host->wait();
+    CHECK(staged->result() == ncclSuccess);
+    CHECK(host->result() == ncclSuccess);
+    comm->finalize();
+    CHECK(comm->asyncError() == ncclSuccess);
+    CHECK(out == in);  // one rank: the sum is the input
+    CHECK(out2 == in);
+  }
+}

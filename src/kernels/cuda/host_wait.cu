@@ -4,7 +4,9 @@
 namespace topoccl::kernels {
 namespace {
 
-__global__ void waitForHostKernel(const uint64_t* published, uint64_t ticket, const uint64_t* abortFlag) {
+__global__ void waitForHostKernel(const uint64_t* published, uint64_t ticket, const uint64_t* abortFlag, uint64_t* started) {
+  // The copies before this kernel on the stream are done: tell the host (which polls this, never CUDA).
+  asm volatile("st.release.sys.u64 [%0], %1;" ::"l"(started), "l"(ticket) : "memory");
   for (;;) {
     uint64_t seen, aborted;
     // System scope: the host writes these, and the copies after this kernel read what it wrote before.
@@ -22,9 +24,10 @@ cudaError_t loadWaitKernel() {
   return cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(&waitForHostKernel));
 }
 
-cudaError_t launchWaitForHost(const uint64_t* published, uint64_t ticket, const uint64_t* abortFlag, cudaStream_t stream) {
-  if (published == nullptr || abortFlag == nullptr) return cudaErrorInvalidValue;
-  waitForHostKernel<<<1, 1, 0, stream>>>(published, ticket, abortFlag);
+cudaError_t launchWaitForHost(const uint64_t* published, uint64_t ticket, const uint64_t* abortFlag, uint64_t* started,
+                              cudaStream_t stream) {
+  if (published == nullptr || abortFlag == nullptr || started == nullptr) return cudaErrorInvalidValue;
+  waitForHostKernel<<<1, 1, 0, stream>>>(published, ticket, abortFlag, started);
   return cudaGetLastError();
 }
 
