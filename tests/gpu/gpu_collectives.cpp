@@ -260,6 +260,28 @@ int pointToPointChecks(int rank, int n, ncclComm_t comm) {
     ncclMemFree(send);
     ncclMemFree(recv);
   }
+  // PyTorch's pattern (its batch_isend_irecv hung on 2026-11-26): no stream synchronize; the legacy stream waits
+  // for ours through an event, and a pageable copy to the host on it blocks this thread until the staged call
+  // is done, while the progress engine must still finish it.
+  {
+    const size_t count = 4099;
+    void* send = deviceFilled(rank, 6, count);
+    void* recv = deviceFilled(-1, 0, count);
+    cudaStreamSynchronize(cudaStreamLegacy);
+    ncclGroupStart();
+    ncclSend(send, count, ncclFloat, next, comm, stream);
+    ncclRecv(recv, count, ncclFloat, prev, comm, stream);
+    if (ncclGroupEnd() != ncclSuccess) fail(std::string("ring shift, PyTorch's wait: ") + ncclGetLastError(comm));
+    cudaEvent_t done = nullptr;
+    cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
+    cudaEventRecord(done, stream);
+    cudaStreamWaitEvent(cudaStreamLegacy, done, 0);
+    if (!matches(recv, true, prev, 6, 0, count, why)) fail("ring shift, PyTorch's wait: " + why);  // cudaMemcpy, pageable
+    cudaEventDestroy(done);
+    cudaStreamSynchronize(stream);
+    ncclMemFree(send);
+    ncclMemFree(recv);
+  }
   // All-to-all from grouped sends and receives, self included; blocks of a prime count.
   {
     const size_t block = 1009;
