@@ -1,5 +1,6 @@
 #include "algorithms/selection.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include <cctype>
@@ -230,6 +231,49 @@ std::vector<SelectionRow> modelledRows(const std::vector<Collective>& collective
   return rows;
 }
 
+const char* protocolName(Protocol p) { return p == Protocol::LowLatency ? "LL" : "Simple"; }
+
+ProtocolFilter ProtocolFilter::parse(std::string_view text) {
+  ProtocolFilter filter;
+  filter.text_ = std::string(text);
+  std::string_view list = text;
+  const bool exclude = !list.empty() && list.front() == '^';
+  if (exclude) list.remove_prefix(1);
+  if (list.empty() && !exclude) return filter;
+  bool namedLowLatency = false, namedSimple = false;
+  while (!list.empty()) {
+    const size_t comma = list.find(',');
+    std::string token(list.substr(0, comma));
+    list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
+    std::transform(token.begin(), token.end(), token.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (token == "ll" || token == "ll128") namedLowLatency = true;
+    else if (token == "simple") namedSimple = true;
+    else
+      throwInvalidArgument(std::string(params::kProto.name()) + "=" + std::string(text) + ": '" + token +
+                           "' is not a protocol (LL, LL128, Simple)");
+  }
+  filter.lowLatency_ = exclude ? !namedLowLatency : namedLowLatency;
+  filter.simple_ = exclude ? !namedSimple : namedSimple;
+  if (!filter.lowLatency_ && !filter.simple_)
+    throwInvalidArgument(std::string(params::kProto.name()) + "=" + std::string(text) + " allows no protocol");
+  return filter;
+}
+
+void SelectionTable::addDefaultProtocolRows(uint64_t lowLatencyMaxBytes) {
+  const uint64_t edge = lowLatencyMaxBytes == UINT64_MAX ? UINT64_MAX : lowLatencyMaxBytes + 1;
+  addProtocolRow({std::nullopt, 0, edge, Protocol::LowLatency});
+  if (edge != UINT64_MAX) addProtocolRow({std::nullopt, edge, UINT64_MAX, Protocol::Simple});
+}
+
+Protocol SelectionTable::chooseProtocol(Collective c, uint64_t bytes) const {
+  for (const ProtocolRow& row : protocolRows_) {
+    if ((!row.collective || *row.collective == c) && bytes >= row.minBytes &&
+        (row.maxBytes == UINT64_MAX || bytes < row.maxBytes) && protocolFilter_.allows(row.protocol))
+      return row.protocol;
+  }
+  return protocolFilter_.allows(Protocol::Simple) ? Protocol::Simple : Protocol::LowLatency;
+}
+
 SelectionTable SelectionTable::fromConfig() {
   SelectionTable t = defaults();
   t.setFilter(AlgorithmFilter::parse(params::kAlgo.get()));
@@ -297,6 +341,15 @@ std::string SelectionTable::describe() const {
     restricted += "  " + pad(collectiveName(c), 15) + allowed + "\n";
   }
   if (!restricted.empty()) out += std::string(params::kAlgo.name()) + "='" + filter_.text() + "' allows:\n" + restricted;
+  if (!protocolRows_.empty()) {
+    out += "GPU protocols:\n" + pad("collective", 15) + pad("bytes", 24) + "protocol\n";
+    for (const ProtocolRow& row : protocolRows_) {
+      std::string protocol = protocolName(row.protocol);
+      if (!protocolFilter_.allows(row.protocol)) protocol += " (excluded by NCCL_PROTO)";
+      out += pad(row.collective ? collectiveName(*row.collective) : "any", 15) +
+             pad("[" + bytesText(row.minBytes) + ", " + bytesText(row.maxBytes) + ")", 24) + protocol + "\n";
+    }
+  }
   return out;
 }
 

@@ -101,6 +101,35 @@ std::vector<SelectionRow> modelledRows(const std::vector<Collective>& collective
                                        const std::function<double(const Plan&, uint64_t)>& timeOf,
                                        std::vector<ModelledChoice>* choices = nullptr);
 
+// The GPU path's protocols (NCCL's): LL moves data and flag in one word, for latency; Simple moves whole slices
+// behind one flag, for bandwidth. On the host path every protocol is the same executor.
+enum class Protocol : uint8_t { LowLatency, Simple };
+const char* protocolName(Protocol p);  // "LL", "Simple"
+// GPU calls up to this many bytes (as the selection table counts them) run LL by default (TOPOCCL_GPU_LL_BYTES).
+inline constexpr uint64_t kLowLatencyMaxBytes = 64 << 10;
+
+// Which protocols NCCL_PROTO allows: a comma list of LL, LL128 (topoccl runs it as LL) and Simple,
+// case-insensitive, `^` in front excludes them. Empty: all.
+class ProtocolFilter {
+ public:
+  ProtocolFilter() = default;
+  static ProtocolFilter parse(std::string_view text);  // throws Error(ncclInvalidArgument), naming the token
+  bool allows(Protocol p) const { return p == Protocol::LowLatency ? lowLatency_ : simple_; }
+  const std::string& text() const { return text_; }
+
+ private:
+  bool lowLatency_ = true, simple_ = true;
+  std::string text_;
+};
+
+// One row of the protocol table: GPU calls of [minBytes, maxBytes) bytes run `protocol`.
+struct ProtocolRow {
+  std::optional<Collective> collective;  // nullopt: every collective
+  uint64_t minBytes = 0;                 // inclusive
+  uint64_t maxBytes = UINT64_MAX;        // exclusive; UINT64_MAX: no upper bound
+  Protocol protocol = Protocol::Simple;
+};
+
 class SelectionTable {
  public:
   static SelectionTable defaults();
@@ -120,11 +149,22 @@ class SelectionTable {
   // collective in table order, then in Algorithm order. nranks < 1 throws Error(ncclInvalidArgument).
   Algorithm choose(Collective c, uint64_t bytes, int nranks, int nhosts = 1) const;
 
-  std::string describe() const;  // the rows as a table, and the filter
+  // The GPU protocol rows, searched in order like the algorithm rows, filtered by NCCL_PROTO. defaults() has
+  // none; addDefaultProtocolRows adds LL up to `lowLatencyMaxBytes` (inclusive), Simple above.
+  void addProtocolRow(const ProtocolRow& row) { protocolRows_.push_back(row); }
+  void addDefaultProtocolRows(uint64_t lowLatencyMaxBytes);
+  void setProtocolFilter(ProtocolFilter filter) { protocolFilter_ = std::move(filter); }
+  const std::vector<ProtocolRow>& protocolRows() const { return protocolRows_; }
+  // The first allowed row that matches; else Simple if allowed, else LL (NCCL_PROTO allows at least one).
+  Protocol chooseProtocol(Collective c, uint64_t bytes) const;
+
+  std::string describe() const;  // the rows as a table, and the filters
 
  private:
   std::vector<SelectionRow> rows_;
   AlgorithmFilter filter_;
+  std::vector<ProtocolRow> protocolRows_;
+  ProtocolFilter protocolFilter_;
 };
 
 }  // namespace topoccl::algo

@@ -183,6 +183,8 @@ struct WireInfo {
   char hostId[160];
   char socketAddress[80];
   char algo[256];
+  char proto[64];             // NCCL_PROTO
+  uint64_t lowLatencyBytes;   // TOPOCCL_GPU_LL_BYTES
   int32_t nicCount;
   WireNic nics[kMaxWireNics];
 };
@@ -274,6 +276,8 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
   copyText(mine.hostId, sizeof(mine.hostId), hostIdentity(), "host id");
   copyText(mine.socketAddress, sizeof(mine.socketAddress), socketAddress, "socket address");
   copyText(mine.algo, sizeof(mine.algo), params::kAlgo.get(), "NCCL_ALGO");
+  copyText(mine.proto, sizeof(mine.proto), params::kProto.get(), "NCCL_PROTO");
+  mine.lowLatencyBytes = static_cast<uint64_t>(std::max<int64_t>(0, params::kGpuLowLatencyBytes.get()));
   mine.nicCount = static_cast<int32_t>(std::min<size_t>(listening.size(), kMaxWireNics));
   for (int i = 0; i < mine.nicCount; ++i) {
     WireNic& nic = mine.nics[i];
@@ -294,6 +298,9 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
   nchannels_ = wire[0].nchannels;
   selection_ = std::make_unique<algo::SelectionTable>(algo::SelectionTable::defaults());
   selection_->setFilter(algo::AlgorithmFilter::parse(wire[0].algo));
+  // GPU protocols, from rank 0's settings too: the two ends of a GPU connection must run the same protocol.
+  selection_->setProtocolFilter(algo::ProtocolFilter::parse(wire[0].proto));
+  selection_->addDefaultProtocolRows(wire[0].lowLatencyBytes);
 
   std::vector<topo::RankPlace> places;
   for (const WireInfo& w : wire) {
@@ -415,8 +422,9 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
                  "stores from %s (x %zu ranks), below that %s; peers via%s",
                  options_.name.c_str(), rank_, nranks_, locality_->nhosts(), sliceBytes_, slicesPerStep_, nchannels_, spinsBeforeYield_,
                  sharesCores_ ? "cores shared with other ranks" : "cores of its own", streamingFrom.c_str(), machineRanks_, bulkCopy_ ? "rep movsb" : "memcpy", routes.str().c_str());
-    TOPOCCL_INFO(log::kTuning, "selection table:\n%s", selection_->describe().c_str());
   }
+  if (log::enabled(log::Level::Info, log::kTuning))
+    TOPOCCL_INFO(log::kTuning, "selection table:\n%s", selection_->describe().c_str());
   engine_ = std::thread([this] { progressLoop(); });
 }
 
@@ -915,7 +923,8 @@ void Communicator::enqueueOnGpu(const char* function, const CollectiveArgs& args
     }
     selected.plan = slot.get();
   }
-  gpuPath_->enqueue(*selected.plan, args, selected.inPlace, stream);
+  gpuPath_->enqueue(*selected.plan, args, selected.inPlace, stream,
+                    selection_->chooseProtocol(args.collective, selected.callBytes));
 }
 
 std::unique_ptr<Execution> Communicator::buildCollective(const CollectiveArgs& args,

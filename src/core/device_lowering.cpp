@@ -90,32 +90,6 @@ void checkFifoCapacity(const algo::Plan& plan, const kernels::DeviceFifoGeometry
 
 }  // namespace
 
-kernels::DeviceProtocol chooseProtocol(uint64_t bytes, uint64_t lowLatencyMaxBytes, std::string_view allowed) {
-  bool lowLatency = true, simple = true;
-  std::string_view list = allowed;
-  const bool exclude = !list.empty() && list.front() == '^';
-  if (exclude) list.remove_prefix(1);
-  if (!list.empty() || exclude) {
-    bool namedLowLatency = false, namedSimple = false;
-    while (!list.empty()) {
-      const size_t comma = list.find(',');
-      std::string token(list.substr(0, comma));
-      list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
-      std::transform(token.begin(), token.end(), token.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-      if (token == "ll" || token == "ll128") namedLowLatency = true;
-      else if (token == "simple") namedSimple = true;
-      else
-        throwInvalidArgument("NCCL_PROTO=" + std::string(allowed) + ": '" + token + "' is not a protocol (LL, LL128, Simple)");
-    }
-    lowLatency = exclude ? !namedLowLatency : namedLowLatency;
-    simple = exclude ? !namedSimple : namedSimple;
-    if (!lowLatency && !simple) throwInvalidArgument("NCCL_PROTO=" + std::string(allowed) + " allows no protocol");
-  }
-  const bool small = bytes <= lowLatencyMaxBytes;
-  if (small && lowLatency) return kernels::DeviceProtocol::LowLatency;
-  return simple ? kernels::DeviceProtocol::Simple : kernels::DeviceProtocol::LowLatency;
-}
-
 uint64_t fifoSlotsNeeded(const algo::Plan& plan) {
   uint64_t most = 0;
   for (const auto& program : plan.ranks)

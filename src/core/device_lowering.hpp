@@ -35,11 +35,6 @@ struct LoweredPlan {
 LoweredPlan lowerPlan(const algo::Plan& plan, int rank, const PlanBuffers& buffers, const DeviceFifoLookup& fifo,
                       kernels::DeviceProtocol protocol, const kernels::DeviceFifoGeometry& geometry);
 
-// The protocol for a call of `bytes` (per rank): LowLatency up to `lowLatencyMaxBytes`, Simple above, within what
-// `allowed` (NCCL_PROTO syntax: "LL,Simple", "^LL", case-insensitive; LL128 counts as LL, which topoccl runs for
-// it; empty allows all) permits. Throws naming the token for an unknown name or a list that allows nothing.
-kernels::DeviceProtocol chooseProtocol(uint64_t bytes, uint64_t lowLatencyMaxBytes, std::string_view allowed);
-
 // The FIFO slots `plan` needs: the most chunk parts any lane sends per round.
 uint64_t fifoSlotsNeeded(const algo::Plan& plan);
 

@@ -149,9 +149,6 @@ class CudaGpuPath final : public GpuPath {
     if (threads_ == 0 || threads_ % 32 != 0 || threads_ > kernels::kPlanThreadsPerLane)
       throwInvalidArgument(std::string(params::kGpuThreads.name()) + "=" + std::to_string(threads_) +
                            " must be a multiple of 32 up to " + std::to_string(kernels::kPlanThreadsPerLane));
-    lowLatencyBytes_ = static_cast<uint64_t>(std::max<int64_t>(0, params::kGpuLowLatencyBytes.get()));
-    allowedProtocols_ = params::kProto.get();
-    (void)chooseProtocol(0, lowLatencyBytes_, allowedProtocols_);  // a bad NCCL_PROTO fails here, named
 
     // Our receiving FIFOs, one per (sender, channel), in one allocation the peers map.
     const size_t total = fifoBytes() * static_cast<size_t>(n) * static_cast<size_t>(channels_);
@@ -264,7 +261,8 @@ class CudaGpuPath final : public GpuPath {
     if (hostFlags_) cudaFreeHost(hostFlags_);
   }
 
-  void enqueue(const algo::Plan& plan, const CollectiveArgs& args, bool inPlace, void* streamHandle) override {
+  void enqueue(const algo::Plan& plan, const CollectiveArgs& args, bool inPlace, void* streamHandle,
+               algo::Protocol chosenProtocol) override {
     std::string failure;
     if (asyncError(failure) != ncclSuccess) throwInvalidUsage("the GPU path of this communicator failed earlier: " + failure);
     const ScopedGpuDevice onOurDevice(device_);
@@ -326,8 +324,8 @@ class CudaGpuPath final : public GpuPath {
     }
     const size_t scratchSize = scratchBytes(plan, args.count, elem);
     const PlanBuffers buffers{input, output, scratchSize ? scratch_.reserve(scratchSize, stream) : nullptr, args.count, elem};
-    const uint64_t callBytes = args.count * elem;
-    const kernels::DeviceProtocol protocol = chooseProtocol(callBytes, lowLatencyBytes_, allowedProtocols_);
+    const kernels::DeviceProtocol protocol =
+        chosenProtocol == algo::Protocol::LowLatency ? kernels::DeviceProtocol::LowLatency : kernels::DeviceProtocol::Simple;
     const LoweredPlan lowered = lowerPlan(
         plan, rank, buffers, [&](int peer, int channel, bool sending) { return fifo(peer, channel, sending); }, protocol,
         geometry_);
@@ -481,8 +479,6 @@ class CudaGpuPath final : public GpuPath {
   int device_ = 0;
   int channels_ = 1;
   unsigned threads_ = 256;
-  uint64_t lowLatencyBytes_ = 0;
-  std::string allowedProtocols_;  // NCCL_PROTO
   kernels::DeviceFifoGeometry geometry_;
   char* receiveBlock_ = nullptr;
   std::vector<char*> peerBlocks_;

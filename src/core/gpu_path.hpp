@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "algorithms/plan.hpp"
+#include "algorithms/selection.hpp"
 #include "common/datatype.hpp"
 #include "transport/transport.hpp"
 
@@ -59,7 +60,9 @@ class GpuPath {
   virtual ~GpuPath() = default;
   // Enqueues the collective on `stream` (a cudaStream_t) and returns. `inPlace`: the call's buffers are the
   // NCCL in-place layout. Throws on bad input (host buffers, unsupported operators) before enqueuing anything.
-  virtual void enqueue(const algo::Plan& plan, const CollectiveArgs& args, bool inPlace, void* stream) = 0;
+  // `protocol`: the selection table's choice (every rank makes the same).
+  virtual void enqueue(const algo::Plan& plan, const CollectiveArgs& args, bool inPlace, void* stream,
+                       algo::Protocol protocol) = 0;
   // ncclCommAbort: every running lane stops at its next wait.
   virtual void abort() = 0;
   // The first failure a launch reported (abort, watchdog), or ncclSuccess.

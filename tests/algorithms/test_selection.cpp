@@ -260,3 +260,44 @@ TEST_CASE("modelled rows on the simulator: recursive doubling or direct for smal
   CHECK(rows.back().algorithm == Algorithm::HalvingDoubling);
   CHECK(rows.back().maxBytes == UINT64_MAX);
 }
+
+TEST_CASE("GPU protocols: LL up to the threshold, Simple above, within NCCL_PROTO, printed with the table") {
+  using P = Protocol;
+  SelectionTable table = SelectionTable::defaults();
+  CHECK(table.chooseProtocol(Collective::AllReduce, 8) == P::Simple);  // no rows: Simple
+  table.addDefaultProtocolRows(kLowLatencyMaxBytes);
+  CHECK(table.chooseProtocol(Collective::AllReduce, 8) == P::LowLatency);
+  CHECK(table.chooseProtocol(Collective::AllGather, kLowLatencyMaxBytes) == P::LowLatency);  // inclusive, as NCCL
+  CHECK(table.chooseProtocol(Collective::AllGather, kLowLatencyMaxBytes + 1) == P::Simple);
+  CHECK(table.chooseProtocol(Collective::Broadcast, uint64_t{1} << 40) == P::Simple);
+
+  const auto with = [&](const char* proto) {
+    SelectionTable t = table;
+    t.setProtocolFilter(ProtocolFilter::parse(proto));
+    return t;
+  };
+  CHECK(with("Simple").chooseProtocol(Collective::AllReduce, 8) == P::Simple);
+  CHECK(with("^ll").chooseProtocol(Collective::AllReduce, 8) == P::Simple);
+  CHECK(with("LL128").chooseProtocol(Collective::AllReduce, uint64_t{1} << 30) == P::LowLatency);  // only LL: even large
+  CHECK(with("ll,simple").chooseProtocol(Collective::AllReduce, uint64_t{1} << 30) == P::Simple);
+  CHECK(with("^Simple").chooseProtocol(Collective::AllReduce, 8) == P::LowLatency);
+  CHECK(with("^Simple").chooseProtocol(Collective::AllReduce, uint64_t{1} << 30) == P::LowLatency);
+  CHECK_THROWS_WITH(ProtocolFilter::parse("LL,fast"), Catch::Contains("NCCL_PROTO") && Catch::Contains("'fast' is not a protocol"));
+  CHECK_THROWS_WITH(ProtocolFilter::parse("^LL,Simple"), Catch::Contains("allows no protocol"));
+
+  // A row for one collective goes before the defaults (searched in order).
+  SelectionTable custom;
+  custom.addProtocolRow({Collective::AllToAll, 0, UINT64_MAX, P::Simple});
+  custom.addDefaultProtocolRows(1024);
+  CHECK(custom.chooseProtocol(Collective::AllToAll, 8) == P::Simple);
+  CHECK(custom.chooseProtocol(Collective::AllReduce, 8) == P::LowLatency);
+  CHECK(custom.chooseProtocol(Collective::AllReduce, 1025) == P::Simple);
+  SelectionTable limitless;
+  limitless.addDefaultProtocolRows(UINT64_MAX);
+  CHECK(limitless.protocolRows().size() == 1);
+  CHECK(limitless.chooseProtocol(Collective::AllReduce, uint64_t{1} << 50) == P::LowLatency);
+
+  const std::string text = with("^LL").describe();
+  CHECK_THAT(text, Catch::Contains("GPU protocols:") && Catch::Contains("LL (excluded by NCCL_PROTO)") &&
+                       Catch::Contains("Simple"));
+}

@@ -443,16 +443,3 @@ TEST_CASE("device lowering: a plan needing more FIFO slots than there are is ref
   CHECK(core::lowerPlan(plan, 0, buffers, noFifo, DeviceProtocol::Simple, g).lanes.size() == 1);
 }
 
-TEST_CASE("device lowering: the protocol by size, within NCCL_PROTO") {
-  using P = DeviceProtocol;
-  CHECK(core::chooseProtocol(8, 65536, "") == P::LowLatency);
-  CHECK(core::chooseProtocol(65536, 65536, "") == P::LowLatency);
-  CHECK(core::chooseProtocol(65537, 65536, "") == P::Simple);
-  CHECK(core::chooseProtocol(8, 65536, "Simple") == P::Simple);
-  CHECK(core::chooseProtocol(8, 65536, "^ll") == P::Simple);
-  CHECK(core::chooseProtocol(1 << 30, 65536, "LL128") == P::LowLatency);  // only LL allowed: even when large
-  CHECK(core::chooseProtocol(1 << 30, 65536, "ll,simple") == P::Simple);
-  CHECK(core::chooseProtocol(8, 65536, "^Simple") == P::LowLatency);
-  CHECK_THROWS_WITH(core::chooseProtocol(8, 65536, "LL,fast"), Catch::Contains("'fast' is not a protocol"));
-  CHECK_THROWS_WITH(core::chooseProtocol(8, 65536, "^LL,Simple"), Catch::Contains("allows no protocol"));
-}
