@@ -6,6 +6,7 @@
 #       "ring|build|NCCL_ALGO=allreduce:ring" "hd|build|NCCL_ALGO=allreduce:hd" "mpishm|build/compare|"
 # A configuration runs BUILD_DIR/perf/COLL_perf with its NAME=VALUE settings, except the labels `mpishm` and
 # `mpi` (OpenMPI over vader / over TCP), which run BUILD_DIR/mpi_perf (perf/compare builds it in build/compare).
+# A setting that starts with -- is a flag for that configuration's benchmark instead ("heap|build|--heap").
 # WRAP, if set, prefixes every rank's command, e.g. WRAP=perf/compare/pin.sh with PIN=pairs in a configuration.
 set -euo pipefail
 if [ $# -lt 5 ]; then sed -n '2,8p' "$0" >&2; exit 2; fi
@@ -21,14 +22,20 @@ for ((r = 1; r <= REPEAT; r++)); do
   for ((i = 0; i < n; i++)); do
     IFS='|' read -r label build envs <<<"${configs[$(((i + r) % n))]}"
     flags=()
-    for e in $envs; do flags+=(-x "$e"); done
+    extra=()
+    for e in $envs; do
+      case $e in
+        --*) extra+=("$e") ;;  # a flag for this configuration's benchmark, e.g. --heap
+        *) flags+=(-x "$e") ;;
+      esac
+    done
     case $label in
       mpishm) cmd=(--mca btl "vader,self" "${flags[@]}" "${wrap[@]}" "$build/mpi_perf" --coll "$COLL") ;;
       mpi) cmd=(--mca btl "tcp,self" "${flags[@]}" "${wrap[@]}" "$build/mpi_perf" --coll "$COLL") ;;
       *) cmd=("${flags[@]}" "${wrap[@]}" "$build/perf/${COLL}_perf") ;;
     esac
     # shellcheck disable=SC2086  # ARGS is a list of flags
-    mpirun --allow-run-as-root --oversubscribe -np "$NP" "${cmd[@]}" $ARGS 2>&1 |
+    mpirun --allow-run-as-root --oversubscribe -np "$NP" "${cmd[@]}" $ARGS "${extra[@]}" 2>&1 |
       awk -v v="$label" '/^ +[0-9]/ {print v, $1, $6}' >>"$out"
   done
   echo "multi.sh: repeat $r/$REPEAT done" >&2

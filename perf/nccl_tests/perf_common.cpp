@@ -44,6 +44,7 @@ struct Options {
   bool predict = false;      // print the cost model's time for the plan that ran (topocclCommPredict)
   bool switches = false;     // context switches per call of all ranks in the timed loop (getrusage)
   bool gpu = false;          // buffers on the GPU (ncclMemAlloc device memory, a stream per rank), as nccl-tests
+  bool heap = false;         // host buffers from the C heap (a framework's own tensors), not ncclMemAlloc's shared memory
   // Accepted for nccl-tests compatibility; they configure GPU-only machinery and change nothing here.
   int parallelInit = 0, streamNull = 0, graph = 0, cputime = 0, localRegister = 0, timestamps = 0, memory = 0;
   int unalign = 0, perIter = 0, perIterSkip = 0, ctaPolicy = -1, deviceImpl = 0, deviceCtas = 16, timeout = 0;
@@ -564,8 +565,16 @@ class Runner {
 #endif
       void* s = nullptr;
       void* r = nullptr;
-      checkNccl(ncclMemAlloc(&s, alloc), "ncclMemAlloc", c.rank);
-      checkNccl(ncclMemAlloc(&r, alloc), "ncclMemAlloc", c.rank);
+      if (o_.heap) {
+        // Page-aligned like ncclMemAlloc's, but private to the process: peers cannot map it.
+        const size_t rounded = (alloc + 4095) / 4096 * 4096;
+        s = std::aligned_alloc(4096, rounded);
+        r = std::aligned_alloc(4096, rounded);
+        if (s == nullptr || r == nullptr) throw std::runtime_error("rank " + std::to_string(c.rank) + ": out of memory for " + std::to_string(rounded) + "-byte buffers (--heap)");
+      } else {
+        checkNccl(ncclMemAlloc(&s, alloc), "ncclMemAlloc", c.rank);
+        checkNccl(ncclMemAlloc(&r, alloc), "ncclMemAlloc", c.rank);
+      }
       c.sendBase = static_cast<char*>(s);
       c.recvBase = static_cast<char*>(r);
       mem_.zero(c.sendBase, alloc);
@@ -584,8 +593,13 @@ class Runner {
     }
     barrierAll(thread);
     for (RankContext& c : rc) {
-      ncclMemFree(c.sendBase);
-      ncclMemFree(c.recvBase);
+      if (o_.heap) {
+        std::free(c.sendBase);
+        std::free(c.recvBase);
+      } else {
+        ncclMemFree(c.sendBase);
+        ncclMemFree(c.recvBase);
+      }
       checkNccl(ncclCommDestroy(c.comm), "ncclCommDestroy", c.rank);
 #ifdef TOPOCCL_PERF_CUDA
       if (c.stream) cudaStreamDestroy(c.stream);
@@ -791,6 +805,7 @@ int runPerf(const CollectiveSpec& spec, int argc, char** argv) {
   app.add_flag("--json", o.json, "print a JSON document instead of the table");
   app.add_flag("--inject-error", o.injectError, "test the checker: perturb one received element of each check");
   app.add_flag("--gpu", o.gpu, "buffers in GPU memory, a stream per rank (CUDA builds; several ranks may share a GPU)");
+  app.add_flag("--heap", o.heap, "host buffers from the C heap (private to each process, as a framework's own tensors) instead of ncclMemAlloc")->excludes("--gpu");
   app.add_flag("--switches", o.switches,
                "after each row, the context switches per call of all ranks' processes in the timed loop (getrusage)");
   app.add_flag("--predict", o.predict,

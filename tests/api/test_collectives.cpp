@@ -190,11 +190,12 @@ TEST_CASE("in-place all-to-all of blocks many slices long on threads and shm pro
   }
 }
 
-// Out-of-place all-gather and broadcast send a rank's own block and copy it to its output; where the connection
-// can (shm with ncclMemAlloc buffers; threads with any) the peer that receives the block writes that copy too (a
-// mirrored send), and the rank skips it.
+// Out-of-place all-gather and broadcast send a rank's own block and copy it to its output; that copy rides the send
+// (a mirrored send), and the rank's own Copy skips it: the peer writes it where it reads the rank's memory (shm with
+// ncclMemAlloc buffers and a zero-copy slice; threads with any), the sending rank as it copies the block into the
+// shm FIFO otherwise (a private buffer on either side, a short slice).
 // Every rank fills its input with a hash of (seed, rank, index), so each checks every block of its output
-// against what its owner must have held. Over shm, mixed buffers (one private) cannot mirror and copy.
+// against what its owner must have held.
 namespace {
 int gatherAndBroadcast(int rank, int nranks, ncclComm_t comm, size_t count, bool sharedInput, bool sharedOutput, uint64_t seed) {
   const size_t total = count * static_cast<size_t>(nranks);
@@ -233,7 +234,7 @@ int gatherAndBroadcast(int rank, int nranks, ncclComm_t comm, size_t count, bool
 }
 }  // namespace
 
-TEST_CASE("out-of-place all-gather and broadcast where peers write each rank's own block (ncclMemAlloc over shm)") {
+TEST_CASE("out-of-place all-gather and broadcast where peers, or the sending rank as it sends, write each rank's own block") {
   const uint64_t seed = testSeed();
   INFO("seed " << seed);
   struct Setup {
@@ -244,7 +245,7 @@ TEST_CASE("out-of-place all-gather and broadcast where peers write each rank's o
                             Setup{RankMode::Threads, 2}, Setup{RankMode::Threads, 5}}) {
     // 0; 1; 4099 (one slice, below the zero-copy threshold); 262147 (prime, 16 slices); 2M + 5 (several 512 KiB slices)
     for (size_t count : {size_t{0}, size_t{1}, size_t{4099}, size_t{262147}, (size_t{2} << 20) + 5}) {
-      for (const auto& [sharedIn, sharedOut] : {std::pair{true, true}, std::pair{false, true}, std::pair{true, false}}) {
+      for (const auto& [sharedIn, sharedOut] : {std::pair{true, true}, std::pair{false, true}, std::pair{true, false}, std::pair{false, false}}) {
         INFO(rankModeName(setup.mode) << ", " << setup.nranks << " ranks, " << count << " x uint32 a block, input "
                                       << (sharedIn ? "ncclMemAlloc" : "malloc") << ", output " << (sharedOut ? "ncclMemAlloc" : "malloc"));
         const RunResult result = runRanks(setup.mode, setup.nranks, [&](int rank, int n, ncclComm_t comm) {

@@ -706,12 +706,12 @@ TEST_CASE("shm mirrored sends: the receiver also writes the bytes into the sende
     std::memcpy(source, content.data(), arena);
     std::memset(mirror, 0xA5, arena);
     std::vector<unsigned char> privateBuffer(65536);
-    // Until the handshake is done nothing can be mirrored; then only shared, disjoint, large-enough ranges can.
-    pollUntil({connection.get()}, [&] { return connection->canMirror(source, mirror, 65536, 65536); });
-    childCheck(!connection->canMirror(source, mirror, 65536, 32767), "mirrored a slice below the zero-copy threshold");
-    childCheck(!connection->canMirror(privateBuffer.data(), mirror, 65536, 65536), "mirrored from a private buffer");
-    childCheck(!connection->canMirror(source, privateBuffer.data(), 65536, 65536), "mirrored into a private buffer");
+    // Any disjoint ranges can be mirrored (who writes the mirror is decided at publish); overlapping ones cannot.
+    pollUntil({connection.get()}, [&] { return shmConnectionStats(*connection).established; });
+    childCheck(connection->canMirror(privateBuffer.data(), mirror, 65536, 65536), "cannot mirror from a private buffer");
     childCheck(!connection->canMirror(source, source + 4096, 65536, 65536), "mirrored onto the source itself");
+    childCheck(!connection->canMirror(source + 4096, source, 65536, 65536), "mirrored onto the source itself");
+    childCheck(!connection->canMirror(source, mirror, 0, 0), "mirrored an empty range");
     Ticket last = 0;
     for (const Piece& p : pieces) {
       childCheck(connection->canMirror(source + p.offset, mirror + p.mirrorOffset, p.bytes, p.bytes), "cannot mirror a piece");
@@ -722,6 +722,7 @@ TEST_CASE("shm mirrored sends: the receiver also writes the bytes into the sende
     std::vector<unsigned char> expected(arena, 0xA5);
     for (const Piece& p : pieces) std::memcpy(expected.data() + p.mirrorOffset, content.data() + p.offset, p.bytes);
     childCheck(std::memcmp(mirror, expected.data(), arena) == 0, "the mirror does not hold the sent bytes (or more was written)");
+    childCheck(shmConnectionStats(*connection).senderMirroredMessages == 0, "the sender wrote mirrors the receiver could have");
     freeShared(source);
     freeShared(mirror);
   });
@@ -734,6 +735,94 @@ TEST_CASE("shm mirrored sends: the receiver also writes the bytes into the sende
   const ShmConnectionStats stats = shmConnectionStats(*connection);
   CHECK(stats.mirroredMessagesReceived == pieces.size());
   CHECK(stats.zeroCopyMessagesReceived == pieces.size());
+  CHECK(finishChild(child) == "");
+  connection.reset();
+  CHECK(leftoverSegments(hash).empty());
+}
+
+// Where the receiver cannot write the mirror (a private buffer on either side, a message below the zero-copy
+// threshold, or one it reads in place from a shared source into a private mirror), the sender writes it: in the
+// pass that copies each block into the FIFO, or at publish. Tiny messages, prime sizes that wrap the 16 KiB FIFO
+// many times, and every mix of private and shared buffers; one piece the receiver mirrors sits among them. The
+// mirrors are disjoint, and the bytes around them must stay untouched.
+TEST_CASE("shm mirrored sends the receiver cannot write: the sender writes the mirror as it copies") {
+  const bool reduce = GENERATE(false, true);
+  INFO((reduce ? "receives that reduce floats" : "plain receives"));
+  SmallFifo settings(true);
+  config::setOverride("TOPOCCL_SHM_ZERO_COPY_THRESHOLD", "32768");
+  const uint64_t hash = freshCommHash();
+  const size_t arena = 12 * 1024 * 1024;
+  enum Memory { kPrivate, kShared };
+  struct Piece {
+    Memory source, mirror;
+    size_t offset, bytes, mirrorOffset;
+    bool receiverMirrors;  // both shared and at least the threshold
+  };
+  // Sizes in multiples of 4 where the float variant reduces them; 1, 31 and 33 only go in the plain variant.
+  std::vector<Piece> pieces = {
+      {kPrivate, kPrivate, 0, 32, 100, false},              // tiny: inside the descriptor
+      {kPrivate, kPrivate, 4, 4100, 4096 + 12, false},      // two FIFO fragments
+      {kPrivate, kPrivate, 8192, 100004, 16384, false},     // wraps the FIFO six times
+      {kShared, kPrivate, 4, 65540, 200000, false},         // the receiver reads the source in place
+      {kShared, kPrivate, 4096, 5 * 1024 * 1024 + 12, 300000, false},
+      {kShared, kShared, 12, 32764, 20, false},             // below the zero-copy threshold
+      {kShared, kShared, 65536, 65536, 40000, true},        // the receiver mirrors this one
+      {kPrivate, kShared, 100, 40000, 110000, false},
+      {kShared, kShared, 200000, 4, 160000, false},
+  };
+  if (!reduce) {
+    pieces.push_back({kPrivate, kPrivate, 3, 1, 6 * 1024 * 1024, false});
+    pieces.push_back({kPrivate, kShared, 5, 31, 170001, false});
+    pieces.push_back({kShared, kPrivate, 7, 33, 6 * 1024 * 1024 + 7, false});
+  }
+  const uint64_t seed = hash & 0xffff;
+  const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
+    auto transport = makeShmTransport({hash, 0, 1, 2}, self);
+    auto connection = transport->connect(peer, 0);
+    const auto content = randomBytes(arena, seed);
+    std::vector<unsigned char> privateSource(content), privateMirror(arena, 0xA5);
+    auto* sharedSource = static_cast<unsigned char*>(allocateShared(arena));
+    auto* sharedMirror = static_cast<unsigned char*>(allocateShared(arena));
+    std::memcpy(sharedSource, content.data(), arena);
+    std::memset(sharedMirror, 0xA5, arena);
+    Ticket last = 0;
+    for (const Piece& p : pieces) {
+      const unsigned char* from = (p.source == kShared ? sharedSource : privateSource.data()) + p.offset;
+      unsigned char* to = (p.mirror == kShared ? sharedMirror : privateMirror.data()) + p.mirrorOffset;
+      childCheck(connection->canMirror(from, to, p.bytes, p.bytes), "cannot mirror a piece");
+      last = connection->postSendMirrored(from, to, p.bytes);
+    }
+    pollUntil({connection.get()}, [&] { return connection->sendsCompleted() == last; });
+    std::vector<unsigned char> expectPrivate(arena, 0xA5), expectShared(arena, 0xA5);
+    size_t receiverMirrored = 0;
+    for (const Piece& p : pieces) {
+      std::memcpy((p.mirror == kShared ? expectShared : expectPrivate).data() + p.mirrorOffset, content.data() + p.offset, p.bytes);
+      receiverMirrored += p.receiverMirrors ? 1 : 0;
+    }
+    childCheck(std::memcmp(privateMirror.data(), expectPrivate.data(), arena) == 0,
+               "the private mirror does not hold the sent bytes (or more was written)");
+    childCheck(std::memcmp(sharedMirror, expectShared.data(), arena) == 0,
+               "the shared mirror does not hold the sent bytes (or more was written)");
+    // Without zero copy (a peer that may not map ours), the sender writes every mirror.
+    const ShmConnectionStats stats = shmConnectionStats(*connection);
+    const size_t senderMirrored = pieces.size() - (stats.zeroCopySend ? receiverMirrored : 0);
+    childCheck(stats.senderMirroredMessages == senderMirrored,
+               "the sender wrote " + std::to_string(stats.senderMirroredMessages) + " mirrors, expected " + std::to_string(senderMirrored));
+    freeShared(sharedSource);
+    freeShared(sharedMirror);
+  });
+  auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()));
+  auto connection = transport->connect(processPeer(1, child.pid), 0);
+  const auto content = randomBytes(arena, seed);
+  std::vector<ExpectedMessage> expected;
+  size_t receiverMirrored = 0;
+  for (const Piece& p : pieces) {
+    expected.push_back({content.data() + p.offset, p.bytes});
+    receiverMirrored += p.receiverMirrors ? 1 : 0;
+  }
+  receiveAndCheck(*connection, expected, reduce, 1100);
+  const ShmConnectionStats stats = shmConnectionStats(*connection);
+  CHECK(stats.mirroredMessagesReceived == (stats.zeroCopyReceive ? receiverMirrored : 0u));
   CHECK(finishChild(child) == "");
   connection.reset();
   CHECK(leftoverSegments(hash).empty());

@@ -276,10 +276,24 @@ bool processAlive(int64_t pid) {
   return state != 'Z' && state != 'X';
 }
 
+// The sender's half of a mirrored send the receiver cannot write: `bytes` from `src` to `dst` and, when `mirror` is
+// set, to `mirror` too, a block at a time, so each block is read from memory once for both.
+void copyAndMirror(unsigned char* dst, const unsigned char* src, unsigned char* mirror, size_t bytes) {
+  if (mirror == nullptr) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  for (size_t at = 0; at < bytes; at += kMirrorBlock) {
+    const size_t block = std::min(kMirrorBlock, bytes - at);
+    std::memcpy(dst + at, src + at, block);
+    std::memcpy(mirror + at, src + at, block);
+  }
+}
+
 struct PendingSend {
   const unsigned char* data = nullptr;
   size_t bytes = 0;
-  unsigned char* mirror = nullptr;  // postSendMirrored: the receiver copies the bytes here too
+  unsigned char* mirror = nullptr;  // postSendMirrored: the bytes go here too (written by the receiver, or by us)
   size_t offset = 0;              // bytes already copied into slots (inline)
   bool published = false;         // every slot of it is in the FIFO
   uint64_t releasedAtTail = 0;    // CMA: complete once the receiver's tail reaches this; 0 = at publish
@@ -326,15 +340,16 @@ class ShmConnection final : public Connection {
     return ++sendsPosted_;
   }
 
-  // Mirrors only what goes zero copy: the receiver maps both allocations (read-write since the handshake's probe).
+  // Any two disjoint buffers. Who writes the mirror is decided per message at publish: the receiver where both
+  // are shared allocations and the message goes zero copy (it maps both, read-write since the handshake's probe);
+  // otherwise this side, in the pass that copies each block into the FIFO (one read of the block for both), or
+  // at publish where the receiver reads the bytes in place.
   bool canMirror(const void* data, const void* mirror, size_t bytes, size_t minSliceBytes) const override {
-    if (!outEstablished_ || outZeroCopyThreshold_ == 0 || bytes == 0 || minSliceBytes < outZeroCopyThreshold_ ||
-        out_.descriptorCount < 2)
-      return false;
+    (void)minSliceBytes;
+    if (bytes == 0 || data == nullptr || mirror == nullptr) return false;
     const auto* d = static_cast<const unsigned char*>(data);
     const auto* m = static_cast<const unsigned char*>(mirror);
-    if (d < m + bytes && m < d + bytes) return false;
-    return findShared(data, bytes).has_value() && findShared(mirror, bytes).has_value();
+    return !(d < m + bytes && m < d + bytes);
   }
 
   Ticket postSendMirrored(const void* data, void* mirror, size_t bytes) override {
@@ -409,6 +424,7 @@ class ShmConnection final : public Connection {
     s.zeroCopySend = outEstablished_ && outZeroCopyThreshold_ != 0;
     s.zeroCopyMessagesReceived = zeroCopyMessagesReceived_;
     s.mirroredMessagesReceived = mirroredMessagesReceived_;
+    s.senderMirroredMessages = senderMirroredMessages_;
     return s;
   }
 
@@ -807,14 +823,16 @@ class ShmConnection final : public Connection {
         if (outHead_ - outTailSeen_ >= out_.descriptorCount) break;
       }
       PendingSend& send = sends_[nextToPublish_];
-      if (send.mirror != nullptr) {
-        if (!publishMirrored(send)) break;
-        continue;
+      std::optional<SharedRange> shared;
+      if (outZeroCopyThreshold_ != 0 && send.offset == 0 && send.bytes >= outZeroCopyThreshold_) shared = findShared(send.data, send.bytes);
+      if (send.mirror != nullptr && shared && out_.descriptorCount >= 2) {
+        if (const std::optional<SharedRange> mirror = findShared(send.mirror, send.bytes)) {
+          if (!publishMirrored(send, *shared, *mirror)) break;
+          continue;
+        }
       }
       SlotDescriptor& slot = out_.slotDescriptor(outHead_);
       slot.messageBytes = send.bytes;
-      std::optional<SharedRange> shared;
-      if (outZeroCopyThreshold_ != 0 && send.offset == 0 && send.bytes >= outZeroCopyThreshold_) shared = findShared(send.data, send.bytes);
       if (shared) {
         slot.offset = 0;
         slot.fragmentBytes = 0;
@@ -826,6 +844,7 @@ class ShmConnection final : public Connection {
         slot.shared.offset = shared->offset;
         send.releasedAtTail = outHead_ + 1;
         send.offset = send.bytes;
+        if (send.mirror != nullptr) std::memcpy(send.mirror, send.data, send.bytes);  // the receiver reads in place
       } else if (outCmaThreshold_ != 0 && send.bytes >= outCmaThreshold_) {
         slot.offset = 0;
         slot.fragmentBytes = 0;
@@ -833,17 +852,18 @@ class ShmConnection final : public Connection {
         slot.cmaAddress = reinterpret_cast<uint64_t>(send.data);
         send.releasedAtTail = outHead_ + 1;
         send.offset = send.bytes;
+        if (send.mirror != nullptr) std::memcpy(send.mirror, send.data, send.bytes);
       } else if (send.bytes <= kTinyBytes) {
         slot.offset = 0;
         slot.fragmentBytes = static_cast<uint32_t>(send.bytes);
         slot.kind = kTinyMessage;
-        if (send.bytes > 0) std::memcpy(slot.tiny, send.data, send.bytes);
+        if (send.bytes > 0) copyAndMirror(slot.tiny, send.data, send.mirror, send.bytes);
         send.offset = send.bytes;
       } else {
         const size_t fragment = std::min(out_.fragmentBytes, send.bytes - send.offset);
         const std::optional<uint64_t> at = reservePayload(fragment);
         if (!at) break;
-        std::memcpy(out_.payload + *at, send.data + send.offset, fragment);
+        copyAndMirror(out_.payload + *at, send.data + send.offset, send.mirror ? send.mirror + send.offset : nullptr, fragment);
         slot.offset = send.offset;
         slot.fragmentBytes = static_cast<uint32_t>(fragment);
         slot.kind = kInlineFragment;
@@ -855,22 +875,17 @@ class ShmConnection final : public Connection {
       if (send.offset == send.bytes) {
         send.published = true;
         ++nextToPublish_;
+        if (send.mirror != nullptr) ++senderMirroredMessages_;
       }
     }
   }
 
   // A mirrored send takes two slots: kSharedBuffer naming the data, then kSharedMirror naming the mirror. The
   // mirror's slot is published first, so a receiver that sees the first sees both. False while two are not free.
-  bool publishMirrored(PendingSend& send) {
+  bool publishMirrored(PendingSend& send, const SharedRange& data, const SharedRange& mirror) {
     if (outHead_ + 2 - outTailSeen_ > out_.descriptorCount) {
       outTailSeen_ = out_.header->tail.load(std::memory_order_acquire);
       if (outHead_ + 2 - outTailSeen_ > out_.descriptorCount) return false;
-    }
-    const std::optional<SharedRange> data = findShared(send.data, send.bytes);
-    const std::optional<SharedRange> mirror = findShared(send.mirror, send.bytes);
-    if (!data || !mirror || outZeroCopyThreshold_ == 0 || send.bytes < outZeroCopyThreshold_) {
-      throwInternalError(describe() + ": a mirrored send of " + std::to_string(send.bytes) +
-                         " bytes whose buffers cannot go zero copy (canMirror said they could)");
     }
     const auto describeRange = [&](SlotDescriptor& slot, const SharedRange& range, SlotKind kind, uint32_t flags) {
       slot.messageBytes = send.bytes;
@@ -885,8 +900,8 @@ class ShmConnection final : public Connection {
     };
     SlotDescriptor& first = out_.slotDescriptor(outHead_);
     SlotDescriptor& second = out_.slotDescriptor(outHead_ + 1);
-    describeRange(first, *data, kSharedBuffer, kMirrorFollows);
-    describeRange(second, *mirror, kSharedMirror, 0);
+    describeRange(first, data, kSharedBuffer, kMirrorFollows);
+    describeRange(second, mirror, kSharedMirror, 0);
     payloadEndAt_[outHead_ % payloadEndAt_.size()] = payloadHead_;
     payloadEndAt_[(outHead_ + 1) % payloadEndAt_.size()] = payloadHead_;
     second.sequence.store(outHead_ + 2, std::memory_order_release);
@@ -998,6 +1013,7 @@ class ShmConnection final : public Connection {
   uint64_t cmaMessagesReceived_ = 0;
   uint64_t zeroCopyMessagesReceived_ = 0;
   uint64_t mirroredMessagesReceived_ = 0;
+  uint64_t senderMirroredMessages_ = 0;
   uint64_t zeroCopyThreshold_ = 0;  // what we offer for our incoming direction
   std::vector<PeerAllocation> peerAllocations_;
 

@@ -41,6 +41,7 @@ struct ShmConnectionStats {
   bool zeroCopySend = false;     // the peer maps ours
   uint64_t zeroCopyMessagesReceived = 0;
   uint64_t mirroredMessagesReceived = 0;  // of those, how many we also copied into the sender's mirror
+  uint64_t senderMirroredMessages = 0;    // mirrored sends of ours whose mirror we wrote (the peer could not map it)
 };
 ShmConnectionStats shmConnectionStats(const Connection& connection);
 
