@@ -67,10 +67,10 @@ class Connection {
   // Queue a send of `bytes` from `data`; the memory must stay valid and unchanged until
   // sendsCompleted() >= the returned ticket.
   virtual Ticket postSend(const void* data, size_t bytes) = 0;
-  // Mirrored sends: the bytes also go to `mirror`, memory of ours, in the same pass that reads them out of `data`
-  // (the receiver's, where it reads our memory; else ours, as we copy them out), so a block that a rank both sends
-  // and copies to its own output (an out-of-place all-gather's or broadcast's own block) is read from memory once
-  // instead of twice. canMirror says whether every
+  // Mirrored sends: the bytes also go to `mirror`, memory of ours, while they are in cache from reading them out
+  // of `data` (by the receiver, where it reads our memory; else by us, right after copying them out), so a block
+  // that a rank both sends and copies to its own output (an out-of-place all-gather's or broadcast's own block) is
+  // read from memory once instead of twice. canMirror says whether every
   // send of a slice of [data, data + bytes) to [mirror, mirror + bytes), no slice shorter than minSliceBytes,
   // may be posted that way; then postSendMirrored is postSend, and once the send completes `mirror` holds the
   // bytes. `mirror` must not overlap `data`, and nothing may read or write it until then.

@@ -192,7 +192,7 @@ TEST_CASE("in-place all-to-all of blocks many slices long on threads and shm pro
 
 // Out-of-place all-gather and broadcast send a rank's own block and copy it to its output; that copy rides the send
 // (a mirrored send), and the rank's own Copy skips it: the peer writes it where it reads the rank's memory (shm with
-// ncclMemAlloc buffers and a zero-copy slice; threads with any), the sending rank as it copies the block into the
+// ncclMemAlloc buffers and a zero-copy slice; threads with any), the sending rank right after it copies the block into the
 // shm FIFO otherwise (a private buffer on either side, a short slice).
 // Every rank fills its input with a hash of (seed, rank, index), so each checks every block of its output
 // against what its owner must have held.

@@ -741,8 +741,8 @@ TEST_CASE("shm mirrored sends: the receiver also writes the bytes into the sende
 }
 
 // Where the receiver cannot write the mirror (a private buffer on either side, a message below the zero-copy
-// threshold, or one it reads in place from a shared source into a private mirror), the sender writes it: in the
-// pass that copies each block into the FIFO, or at publish. Tiny messages, prime sizes that wrap the 16 KiB FIFO
+// threshold, or one it reads in place from a shared source into a private mirror), the sender writes it, right
+// after publishing each slot. Tiny messages, prime sizes that wrap the 16 KiB FIFO
 // many times, and every mix of private and shared buffers; one piece the receiver mirrors sits among them. The
 // mirrors are disjoint, and the bytes around them must stay untouched.
 TEST_CASE("shm mirrored sends the receiver cannot write: the sender writes the mirror as it copies") {

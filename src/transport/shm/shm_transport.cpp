@@ -69,7 +69,7 @@ enum SlotKind : uint32_t { kInlineFragment = 1, kCmaDescriptor = 2, kTinyMessage
 // kSharedBuffer's `shared.flags`: the next slot (kSharedMirror, published first) names a shared allocation of the
 // sender's that the receiver also copies the message into (Connection::postSendMirrored).
 constexpr uint32_t kMirrorFollows = 1;
-constexpr size_t kMirrorBlock = 32 << 10;  // mirrored copies read each block once into L1, then write it twice
+constexpr size_t kMirrorBlock = 32 << 10;  // receivers of mirrored sends read each block once into L1, then write it twice
 constexpr size_t kTinyBytes = 32;
 constexpr size_t kMaxSlotBytes = size_t{1} << 30;  // fragment sizes fit the descriptor's 32 bits  // messages this small travel inside their descriptor's cache line
 
@@ -276,20 +276,6 @@ bool processAlive(int64_t pid) {
   return state != 'Z' && state != 'X';
 }
 
-// The sender's half of a mirrored send the receiver cannot write: `bytes` from `src` to `dst` and, when `mirror` is
-// set, to `mirror` too, a block at a time, so each block is read from memory once for both.
-void copyAndMirror(unsigned char* dst, const unsigned char* src, unsigned char* mirror, size_t bytes) {
-  if (mirror == nullptr) {
-    std::memcpy(dst, src, bytes);
-    return;
-  }
-  for (size_t at = 0; at < bytes; at += kMirrorBlock) {
-    const size_t block = std::min(kMirrorBlock, bytes - at);
-    std::memcpy(dst + at, src + at, block);
-    std::memcpy(mirror + at, src + at, block);
-  }
-}
-
 struct PendingSend {
   const unsigned char* data = nullptr;
   size_t bytes = 0;
@@ -342,8 +328,7 @@ class ShmConnection final : public Connection {
 
   // Any two disjoint buffers. Who writes the mirror is decided per message at publish: the receiver where both
   // are shared allocations and the message goes zero copy (it maps both, read-write since the handshake's probe);
-  // otherwise this side, in the pass that copies each block into the FIFO (one read of the block for both), or
-  // at publish where the receiver reads the bytes in place.
+  // otherwise this side, right after publishing each slot, from its cache where it just copied the bytes out.
   bool canMirror(const void* data, const void* mirror, size_t bytes, size_t minSliceBytes) const override {
     (void)minSliceBytes;
     if (bytes == 0 || data == nullptr || mirror == nullptr) return false;
@@ -844,7 +829,6 @@ class ShmConnection final : public Connection {
         slot.shared.offset = shared->offset;
         send.releasedAtTail = outHead_ + 1;
         send.offset = send.bytes;
-        if (send.mirror != nullptr) std::memcpy(send.mirror, send.data, send.bytes);  // the receiver reads in place
       } else if (outCmaThreshold_ != 0 && send.bytes >= outCmaThreshold_) {
         slot.offset = 0;
         slot.fragmentBytes = 0;
@@ -852,26 +836,32 @@ class ShmConnection final : public Connection {
         slot.cmaAddress = reinterpret_cast<uint64_t>(send.data);
         send.releasedAtTail = outHead_ + 1;
         send.offset = send.bytes;
-        if (send.mirror != nullptr) std::memcpy(send.mirror, send.data, send.bytes);
       } else if (send.bytes <= kTinyBytes) {
         slot.offset = 0;
         slot.fragmentBytes = static_cast<uint32_t>(send.bytes);
         slot.kind = kTinyMessage;
-        if (send.bytes > 0) copyAndMirror(slot.tiny, send.data, send.mirror, send.bytes);
+        if (send.bytes > 0) std::memcpy(slot.tiny, send.data, send.bytes);
         send.offset = send.bytes;
       } else {
         const size_t fragment = std::min(out_.fragmentBytes, send.bytes - send.offset);
         const std::optional<uint64_t> at = reservePayload(fragment);
         if (!at) break;
-        copyAndMirror(out_.payload + *at, send.data + send.offset, send.mirror ? send.mirror + send.offset : nullptr, fragment);
+        std::memcpy(out_.payload + *at, send.data + send.offset, fragment);
         slot.offset = send.offset;
         slot.fragmentBytes = static_cast<uint32_t>(fragment);
         slot.kind = kInlineFragment;
         slot.payloadOffset = *at;
         send.offset += fragment;
       }
+      const size_t publishedFrom = slot.offset;  // the bytes this slot carries (all of them, but for fragments)
       payloadEndAt_[outHead_ % payloadEndAt_.size()] = payloadHead_;
       slot.sequence.store(++outHead_, std::memory_order_release);
+      if (send.mirror != nullptr) {
+        // Our half of a mirrored send the receiver cannot write. After publishing, so a polling peer need not wait
+        // for it (a sleeping one is rung once, after the loop); the bytes just copied in are still in this core's
+        // cache, so they are read from memory once.
+        std::memcpy(send.mirror + publishedFrom, send.data + publishedFrom, send.offset - publishedFrom);
+      }
       if (send.offset == send.bytes) {
         send.published = true;
         ++nextToPublish_;
