@@ -70,8 +70,8 @@ enum SlotKind : uint32_t { kInlineFragment = 1, kCmaDescriptor = 2, kTinyMessage
 // sender's that the receiver also copies the message into (Connection::postSendMirrored).
 constexpr uint32_t kMirrorFollows = 1;
 constexpr size_t kMirrorBlock = 32 << 10;  // receivers of mirrored sends read each block once into L1, then write it twice
-constexpr size_t kTinyBytes = 32;
-constexpr size_t kMaxSlotBytes = size_t{1} << 30;  // fragment sizes fit the descriptor's 32 bits  // messages this small travel inside their descriptor's cache line
+constexpr size_t kTinyBytes = 32;  // messages this small travel inside their descriptor's cache line
+constexpr size_t kMaxSlotBytes = size_t{1} << 30;  // fragment sizes fit the descriptor's 32 bits
 
 // What the sender says about the slot it publishes: one cache line, which the receiver polls.
 // `sequence` is written last (release), so a small message costs one line handoff, not a flag's
@@ -853,7 +853,7 @@ class ShmConnection final : public Connection {
         slot.payloadOffset = *at;
         send.offset += fragment;
       }
-      const size_t publishedFrom = slot.offset;  // the bytes this slot carries (all of them, but for fragments)
+      const size_t publishedFrom = slot.offset;  // where this slot's bytes start in the message
       payloadEndAt_[outHead_ % payloadEndAt_.size()] = payloadHead_;
       slot.sequence.store(++outHead_, std::memory_order_release);
       if (send.mirror != nullptr) {
