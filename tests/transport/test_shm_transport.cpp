@@ -423,6 +423,53 @@ TEST_CASE("shm keeps thousands of small messages in order on two channels") {
   CHECK(leftoverSegments(hash).empty());
 }
 
+TEST_CASE("shm small messages span the descriptor slots after their own") {
+  // 3 slots: messages of up to 2 continuation slots go in slots, larger ones through the ring. 16: 10-slot messages
+  // wrap the descriptor array's end. 256: the default.
+  const int descriptors = GENERATE(3, 16, 256);
+  const bool reduce = GENERATE(false, true);
+  INFO(descriptors << " descriptors, " << (reduce ? "receives that reduce floats" : "plain receives"));
+  SmallFifo settings(true, descriptors);
+  const uint64_t hash = freshCommHash();
+  // Around every slot boundary (32 B in the descriptor, 56 B per continuation slot, at most 536 B), and past it.
+  std::vector<size_t> sizes = {0, 4, 32, 36, 88, 92, 144, 148, 200, 480, 532, 536, 540, 1000};
+  if (!reduce) sizes.insert(sizes.end(), {1, 31, 33, 87, 89, 143, 145, 535, 537});
+  std::vector<size_t> order;
+  for (int lap = 0; lap < 40; ++lap)
+    for (size_t i = 0; i < sizes.size(); ++i) order.push_back((i * 7 + size_t(lap)) % sizes.size());
+  const uint64_t seed = hash & 0xffff;
+  const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
+    auto transport = makeShmTransport({hash, 0, 1, 2}, self);
+    auto connection = transport->connect(peer, 0);
+    std::vector<std::vector<unsigned char>> data;
+    Ticket last = 0;
+    for (size_t m = 0; m < order.size(); ++m) {
+      data.push_back(randomBytes(sizes[order[m]], seed + m));
+      last = connection->postSend(data.back().data(), data.back().size());  // all at once: the slots run out
+    }
+    pollUntil({connection.get()}, [&] { return connection->sendsCompleted() == last; });
+  });
+  auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()));
+  auto connection = transport->connect(processPeer(1, child.pid), 0);
+  std::vector<std::vector<unsigned char>> sent;
+  std::vector<ExpectedMessage> expected;
+  size_t spanning = 0;
+  for (size_t m = 0; m < order.size(); ++m) {
+    sent.push_back(randomBytes(sizes[order[m]], seed + m));
+    expected.push_back({sent.back().data(), sent.back().size()});
+    const size_t bytes = sizes[order[m]];
+    const size_t continuations = bytes <= 32 ? 0 : (bytes - 32 + 55) / 56;
+    spanning += continuations > 0 && continuations <= 9 && continuations < size_t(descriptors);
+  }
+  receiveAndCheck(*connection, expected, reduce, 1300);
+  const ShmConnectionStats stats = shmConnectionStats(*connection);
+  CHECK(stats.fifoMessagesReceived == order.size());
+  CHECK(stats.slotMessagesReceived == spanning);
+  CHECK(finishChild(child) == "");
+  connection.reset();
+  CHECK(leftoverSegments(hash).empty());
+}
+
 TEST_CASE("shm size mismatch fails the receiver and the sender, naming both sizes") {
   SmallFifo settings(false);
   const uint64_t hash = freshCommHash();
@@ -769,6 +816,8 @@ TEST_CASE("shm mirrored sends the receiver cannot write: the sender writes the m
       {kShared, kShared, 65536, 65536, 40000, true},        // the receiver mirrors this one
       {kPrivate, kShared, 100, 40000, 110000, false},
       {kShared, kShared, 200000, 4, 160000, false},
+      {kPrivate, kShared, 16, 88, 180000, false},           // in three descriptor slots
+      {kShared, kPrivate, 20, 140, 190000, false},
   };
   if (!reduce) {
     pieces.push_back({kPrivate, kPrivate, 3, 1, 6 * 1024 * 1024, false});

@@ -31,7 +31,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kSegmentMagic = 0x746f706f73686d31ull;  // "toposhm1"
-constexpr uint32_t kLayoutVersion = 6;
+constexpr uint32_t kLayoutVersion = 7;  // 7: small messages span several slots
 constexpr size_t kAlign = 64;                               // cache line; slot payloads are multiples of it
 constexpr auto kLivenessInterval = std::chrono::milliseconds(100);
 constexpr uint64_t kPollsPerClockRead = 64;
@@ -71,6 +71,12 @@ enum SlotKind : uint32_t { kInlineFragment = 1, kCmaDescriptor = 2, kTinyMessage
 constexpr uint32_t kMirrorFollows = 1;
 constexpr size_t kMirrorBlock = 32 << 10;  // receivers of mirrored sends read each block once into L1, then write it twice
 constexpr size_t kTinyBytes = 32;  // messages this small travel inside their descriptor's cache line
+// Up to this many more bytes travel in the descriptor slots that follow (kContinuationBytes each): consecutive lines
+// the receiver reads right after the first, instead of a line of the payload ring it has to look up first.
+constexpr size_t kContinuationBytes = kAlign - sizeof(uint64_t);  // each keeps its own `sequence`
+// More lines than this cost the sender more than the receiver saves (perf/RESULTS.md, session 26).
+constexpr size_t kMaxContinuationSlots = 9;
+constexpr size_t kSlotMessageBytes = kTinyBytes + kMaxContinuationSlots * kContinuationBytes;  // 536
 constexpr size_t kMaxSlotBytes = size_t{1} << 30;  // fragment sizes fit the descriptor's 32 bits
 
 // What the sender says about the slot it publishes: one cache line, which the receiver polls.
@@ -96,6 +102,16 @@ struct alignas(kAlign) SlotDescriptor {
   };
 };
 static_assert(sizeof(SlotDescriptor) == kAlign, "a slot descriptor is one cache line");
+
+// A kTinyMessage of more than kTinyBytes goes on in the slots after its descriptor: each keeps `sequence` (so a
+// receiver polling it on a later lap never takes message bytes for a publication) and carries kContinuationBytes.
+unsigned char* continuationBytes(SlotDescriptor& slot) { return reinterpret_cast<unsigned char*>(&slot) + sizeof(uint64_t); }
+const unsigned char* continuationBytes(const SlotDescriptor& slot) {
+  return reinterpret_cast<const unsigned char*>(&slot) + sizeof(uint64_t);
+}
+size_t continuationSlotsFor(size_t bytes) {
+  return bytes <= kTinyBytes ? 0 : (bytes - kTinyBytes + kContinuationBytes - 1) / kContinuationBytes;
+}
 
 struct SegmentHeader {
   // Written by the receiver before kReady, read-only afterwards.
@@ -404,6 +420,7 @@ class ShmConnection final : public Connection {
     s.cmaReceive = inEstablished_ && in_.header->cmaThreshold != 0;
     s.cmaSend = outEstablished_ && outCmaThreshold_ != 0;
     s.fifoMessagesReceived = fifoMessagesReceived_;
+    s.slotMessagesReceived = slotMessagesReceived_;
     s.cmaMessagesReceived = cmaMessagesReceived_;
     s.zeroCopyReceive = inEstablished_ && in_.header->zeroCopyThreshold != 0;
     s.zeroCopySend = outEstablished_ && outZeroCopyThreshold_ != 0;
@@ -660,16 +677,38 @@ class ShmConnection final : public Connection {
     size_t budget = kCmaBytesPerProgress;
     SegmentHeader* header = in_.header;
     while (!recvs_.empty()) {
+      PendingRecv& recv = recvs_.front();
+      if (recv.offset == 0 && recv.bytes > kTinyBytes && recv.bytes <= kSlotMessageBytes) {
+        // The message will likely span slots: ask for them with the descriptor, not after it.
+        const size_t continuations = std::min(continuationSlotsFor(recv.bytes), in_.descriptorCount - 1);
+        for (size_t i = 1; i <= continuations; ++i) __builtin_prefetch(&in_.slotDescriptor(inTail_ + i), 0, 3);
+      }
       if (!incomingSlotReady()) return;
       const SlotDescriptor& slot = in_.slotDescriptor(inTail_);
-      PendingRecv& recv = recvs_.front();
       if (slot.messageBytes != recv.bytes) reportSizeMismatch(recv.bytes, slot.messageBytes);
       if (slot.kind == kTinyMessage) {
-        if (slot.offset != 0 || recv.offset != 0 || slot.fragmentBytes != recv.bytes || recv.bytes > kTinyBytes) {
+        if (slot.offset != 0 || recv.offset != 0 || slot.fragmentBytes != recv.bytes || recv.bytes > kSlotMessageBytes ||
+            continuationSlotsFor(recv.bytes) >= in_.descriptorCount) {
           throwRemoteError(peerName() + " sent a malformed small message" + onChannel());
         }
-        applyAt(recv, slot.tiny, 0, recv.bytes);
-        releaseIncomingSlot();
+        const size_t continuations = continuationSlotsFor(recv.bytes);
+        if (continuations == 0) {
+          applyAt(recv, slot.tiny, 0, recv.bytes);
+        } else {
+          // Published before the descriptor, so visible now; gathered so a reduction sees whole elements.
+          alignas(kAlign) unsigned char gathered[kSlotMessageBytes];
+          std::memcpy(gathered, slot.tiny, kTinyBytes);
+          for (size_t i = 1; i <= continuations; ++i) {
+            const SlotDescriptor& next = in_.slotDescriptor(inTail_ + i);
+            if (next.sequence.load(std::memory_order_relaxed) != inTail_ + i + 1)
+              throwRemoteError(peerName() + " sent a small message with a missing continuation slot" + onChannel());
+            const size_t at = kTinyBytes + (i - 1) * kContinuationBytes;
+            std::memcpy(gathered + at, continuationBytes(next), std::min(kContinuationBytes, recv.bytes - at));
+          }
+          applyAt(recv, gathered, 0, recv.bytes);
+          ++slotMessagesReceived_;
+        }
+        releaseIncomingSlots(1 + continuations);
         ++fifoMessagesReceived_;
         completeRecv();
       } else if (slot.kind == kInlineFragment) {
@@ -720,7 +759,8 @@ class ShmConnection final : public Connection {
     return in_.slotDescriptor(inTail_).sequence.load(std::memory_order_acquire) == inTail_ + 1;
   }
 
-  void releaseIncomingSlot() { in_.header->tail.store(++inTail_, std::memory_order_release); }
+  void releaseIncomingSlot() { releaseIncomingSlots(1); }
+  void releaseIncomingSlots(size_t count) { in_.header->tail.store(inTail_ += count, std::memory_order_release); }
 
   void completeRecv() {
     recvs_.pop_front();
@@ -818,6 +858,7 @@ class ShmConnection final : public Connection {
       }
       SlotDescriptor& slot = out_.slotDescriptor(outHead_);
       slot.messageBytes = send.bytes;
+      size_t continuationSlots = 0;  // published with this slot: it goes last
       if (shared) {
         slot.offset = 0;
         slot.fragmentBytes = 0;
@@ -836,12 +877,26 @@ class ShmConnection final : public Connection {
         slot.cmaAddress = reinterpret_cast<uint64_t>(send.data);
         send.releasedAtTail = outHead_ + 1;
         send.offset = send.bytes;
-      } else if (send.bytes <= kTinyBytes) {
+      } else if (send.offset == 0 && send.bytes <= kSlotMessageBytes &&
+                 continuationSlotsFor(send.bytes) < out_.descriptorCount) {
+        const size_t continuations = continuationSlotsFor(send.bytes);
+        if (outHead_ + 1 + continuations - outTailSeen_ > out_.descriptorCount) {
+          outTailSeen_ = out_.header->tail.load(std::memory_order_acquire);
+          if (outHead_ + 1 + continuations - outTailSeen_ > out_.descriptorCount) break;
+        }
         slot.offset = 0;
         slot.fragmentBytes = static_cast<uint32_t>(send.bytes);
         slot.kind = kTinyMessage;
-        if (send.bytes > 0) std::memcpy(slot.tiny, send.data, send.bytes);
+        if (send.bytes > 0) std::memcpy(slot.tiny, send.data, std::min(send.bytes, kTinyBytes));
+        for (size_t i = 1; i <= continuations; ++i) {
+          SlotDescriptor& next = out_.slotDescriptor(outHead_ + i);
+          const size_t at = kTinyBytes + (i - 1) * kContinuationBytes;
+          std::memcpy(continuationBytes(next), send.data + at, std::min(kContinuationBytes, send.bytes - at));
+          payloadEndAt_[(outHead_ + i) % payloadEndAt_.size()] = payloadHead_;
+          next.sequence.store(outHead_ + i + 1, std::memory_order_relaxed);  // made visible by the descriptor's release
+        }
         send.offset = send.bytes;
+        continuationSlots = continuations;
       } else {
         const size_t fragment = std::min(out_.fragmentBytes, send.bytes - send.offset);
         const std::optional<uint64_t> at = reservePayload(fragment);
@@ -855,7 +910,8 @@ class ShmConnection final : public Connection {
       }
       const size_t publishedFrom = slot.offset;  // where this slot's bytes start in the message
       payloadEndAt_[outHead_ % payloadEndAt_.size()] = payloadHead_;
-      slot.sequence.store(++outHead_, std::memory_order_release);
+      slot.sequence.store(outHead_ + 1, std::memory_order_release);
+      outHead_ += 1 + continuationSlots;
       if (send.mirror != nullptr) {
         // Our half of a mirrored send the receiver cannot write. After publishing, so a polling peer need not wait
         // for it (a sleeping one is rung once, after the loop); the bytes just copied in are still in this core's
@@ -1000,6 +1056,7 @@ class ShmConnection final : public Connection {
   Ticket recvsCompleted_ = 0;
   std::vector<unsigned char> staging_;
   uint64_t fifoMessagesReceived_ = 0;
+  uint64_t slotMessagesReceived_ = 0;
   uint64_t cmaMessagesReceived_ = 0;
   uint64_t zeroCopyMessagesReceived_ = 0;
   uint64_t mirroredMessagesReceived_ = 0;

@@ -36,6 +36,7 @@ struct ShmConnectionStats {
   bool cmaReceive = false;       // large incoming messages are read with process_vm_readv
   bool cmaSend = false;          // the peer reads our large messages with process_vm_readv
   uint64_t fifoMessagesReceived = 0;
+  uint64_t slotMessagesReceived = 0;  // of those, small ones that spanned several descriptor slots
   uint64_t cmaMessagesReceived = 0;
   bool zeroCopyReceive = false;  // we map the peer's shared allocations (ncclMemAlloc) and copy out of them
   bool zeroCopySend = false;     // the peer maps ours
