@@ -6,7 +6,8 @@
 # (PROOF_SECONDS, default 330); steps that would start past it are skipped and say so. Logs go to $OUT (the
 # device tool's folder; at most 8 files come back) or .gpu/out. Usage, from the repository root there:
 #   bash .gpu/gpu_proof.sh [steps...]     steps: info p2p staged kernels bandwidth plans coll-threads torch
-#                                                coll-processes torch-bench perf wide tune (default: all, in order)
+#                                                coll-processes fusion torch-bench perf lanes proto wide tune
+#                                                (default: all, in order)
 set -uo pipefail
 cd "$(dirname "$0")"
 OUT=${OUT:-$PWD/out}
@@ -74,6 +75,13 @@ want plans && step plans 150 "$OUT/tests.log" bin/test_gpu_plans
 want coll-threads && step coll-threads 90 "$OUT/collectives.log" bin/test_gpu_collectives threads
 want torch && step torch 150 "$OUT/torch.log" "${torch_env[@]}" TOPOCCL_TEST_STACKS_AFTER=90 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P python3 torch_nccl.py
 want coll-processes && step coll-processes 90 "$OUT/collectives.log" bin/test_gpu_collectives processes
+if want fusion; then
+  # Groups of 16 all-reduces, fused into one launch and not (TOPOCCL_GPU_FUSE_GROUPS), timed and checked; the
+  # COLL log counts the fused launches.
+  step fusion 90 "$OUT/fusion.log" env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL bin/test_gpu_collectives fusion
+  echo "fused launches logged: $(grep -c 'fused into one launch' "$OUT/fusion.log")" | tee -a "$summary"
+  grep -h "per group" "$OUT/fusion.log" | tee -a "$summary"
+fi
 if want torch-bench; then
   step "torch bench topoccl 2 processes" 120 "$OUT/torch.log" "${torch_env[@]}" python3 torch_nccl.py --bench
   step "torch bench topoccl 1 process" 60 "$OUT/torch.log" "${torch_env[@]}" python3 torch_nccl.py --bench --world 1
@@ -93,6 +101,21 @@ if want perf; then
   step "all_reduce_perf -g 2 TOPOCCL_GPU_STAGED=always" 40 "$OUT/perf.log" env TOPOCCL_GPU_STAGED=always \
     bin/all_reduce_perf --gpu -g 2 -b 8 -e 256M -f 8 -n 10 -w 3 -c 1
   unset TOPOCCL_TIMEOUT_MS
+fi
+if want lanes; then
+  # Lanes by call size (the default) against the former fixed 8, checked.
+  for n in 2 4; do
+    for v in "TOPOCCL_GPU_NCHANNELS=0" "TOPOCCL_GPU_NCHANNELS=8"; do
+      step "all_reduce_perf -g $n, $v" 45 "$OUT/perf.log" env "$v" TOPOCCL_TIMEOUT_MS=20000 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT \
+        bin/all_reduce_perf --gpu -g "$n" -b 1M -e 256M -f 2 -n 10 -w 3 -c 1
+    done
+  done
+fi
+if want proto; then
+  # Where LL stops paying: each protocol alone over the sizes the table gives LL (TOPOCCL_GPU_LL_BYTES) and past it.
+  for v in "NCCL_PROTO=LL" "NCCL_PROTO=Simple"; do
+    step "all_reduce_perf -g 2, $v" 30 "$OUT/perf.log" env "$v" bin/all_reduce_perf --gpu -g 2 -b 8 -e 512K -f 4 -n 50 -w 5 -c 1
+  done
 fi
 if want wide; then
   # 32 lanes, checked: the setting that timed 3-4x the default's bandwidth (2026-11-26) but was not checked then.

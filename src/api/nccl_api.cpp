@@ -805,7 +805,24 @@ static void enqueueGroupedGpuCollectives(const std::vector<PendingGpuCollective>
     for (auto& e : errors)
       if (e) throw *e;
   }
-  for (const PendingGpuCollective& p : pending) p.comm->impl->enqueueOnGpu(p.function, p.args, p.stream);
+  // Each communicator's calls in order, a run per stream: the GPU path fuses consecutive calls into one launch.
+  std::vector<bool> done(pending.size(), false);
+  for (size_t i = 0; i < pending.size(); ++i) {
+    if (done[i]) continue;
+    std::vector<core::CollectiveArgs> run;
+    cudaStream_t stream = pending[i].stream;
+    for (size_t j = i; j < pending.size(); ++j) {
+      if (done[j] || pending[j].comm != pending[i].comm) continue;
+      if (pending[j].stream != stream) {
+        if (!run.empty()) pending[i].comm->impl->enqueueGroupOnGpu(pending[i].function, run, stream);
+        run.clear();
+        stream = pending[j].stream;
+      }
+      run.push_back(pending[j].args);
+      done[j] = true;
+    }
+    pending[i].comm->impl->enqueueGroupOnGpu(pending[i].function, run, stream);
+  }
 }
 
 // Stages each communicator's GPU sends and receives of the group as one job, with that communicator's host

@@ -88,12 +88,16 @@ inline const Param<std::string> kMemAlloc{"TOPOCCL_MEM_ALLOC", "auto",
                                          "What ncclMemAlloc returns: gpu (device memory, as NCCL), host (shared host "
                                          "memory), auto = gpu where a GPU is visible, else host"};
 inline const Param<int64_t> kGpuThreads{"TOPOCCL_GPU_THREADS", 512, "Threads per lane (thread block) of the GPU plan kernel"};
-inline const Param<int64_t> kGpuNChannels{"TOPOCCL_GPU_NCHANNELS", 8,
+inline const Param<int64_t> kGpuNChannels{"TOPOCCL_GPU_NCHANNELS", 0,
                                           "Lanes (thread blocks) per rank of the ring plans that GPU calls of at least "
-                                          "TOPOCCL_GPU_RING_BYTES run: one block alone cannot keep a GPU's memory busy"};
+                                          "TOPOCCL_GPU_RING_BYTES run: one block alone cannot keep a GPU's memory busy. "
+                                          "0 = by call size, 8 to 32, at most the GPU's SMs over the ranks sharing it"};
 inline const Param<std::string> kGpuStaged{"TOPOCCL_GPU_STAGED", "auto",
                                           "GPU collectives through pinned host memory and the host transports (the host "
                                           "proxy): auto = where a peer is on another host, always, or never"};
+inline const Param<bool> kGpuFuseGroups{"TOPOCCL_GPU_FUSE_GROUPS", true,
+                                        "Run the GPU collectives of one ncclGroupStart/End as one kernel launch where "
+                                        "they allow it (same type and reduction, independent buffers); 0 launches each"};
 inline const Param<int64_t> kGpuRingBytes{"TOPOCCL_GPU_RING_BYTES", 256 << 10,
                                           "Calls on GPU buffers from this size (bytes, as the selection table counts) run "
                                           "a ring over TOPOCCL_GPU_NCHANNELS lanes where the ring supports the collective"};

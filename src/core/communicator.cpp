@@ -865,9 +865,26 @@ void Communicator::ensureGpuPath(int device) {
   if (gpuPath_) return;
   const ScopedGpuDevice onDevice(device);  // the set-up allocates on the current device
   const int64_t channels = params::kGpuNChannels.get();
-  if (channels < 1 || channels > 32)
-    throwInvalidArgument(std::string(params::kGpuNChannels.name()) + "=" + std::to_string(channels) + " must be 1..32");
-  gpuChannels_ = static_cast<int>(channels);
+  if (channels < 0 || channels > 32)
+    throwInvalidArgument(std::string(params::kGpuNChannels.name()) + "=" + std::to_string(channels) + " must be 0 (by call size) or 1..32");
+  // Every rank's GPU, so that all ranks agree on the most lanes the ranks sharing a GPU can keep resident.
+  std::vector<GpuIdentity> gpus(static_cast<size_t>(nranks_));
+  gpus[static_cast<size_t>(rank_)] = currentGpuIdentity();
+  bootstrap_->allGather(gpus.data(), sizeof(GpuIdentity));
+  int ranksOnGpu = 1, multiprocessors = INT32_MAX;
+  for (const GpuIdentity& g : gpus) {
+    ranksOnGpu = std::max<int>(ranksOnGpu, static_cast<int>(std::count_if(gpus.begin(), gpus.end(), [&](const GpuIdentity& h) {
+                                 return std::memcmp(g.uuid, h.uuid, sizeof(g.uuid)) == 0;
+                               })));
+    multiprocessors = std::min(multiprocessors, g.multiprocessors);
+  }
+  gpuFixedLanes_ = channels > 0;
+  const kernels::DeviceFifoGeometry fifo = gpuFifoGeometry(nranks_);
+  const size_t fifoBytesPerLane = static_cast<size_t>(nranks_) *
+                                  (sizeof(kernels::DeviceFifoCounters) + fifo.simpleBytes() + fifo.lowLatencyBytes());
+  gpuChannels_ = channels > 0 ? static_cast<int>(channels) : gpuMaxRingLanes(multiprocessors, ranksOnGpu, fifoBytesPerLane);
+  TOPOCCL_INFO(log::kInit, "rank %d: GPU rings of %s%d lanes (%d multiprocessors, %d ranks on the busiest GPU)", rank_,
+               gpuFixedLanes_ ? "" : "up to ", gpuChannels_, multiprocessors, ranksOnGpu);
   GpuPathContext context;
   context.rank = rank_;
   context.nranks = nranks_;
@@ -902,29 +919,38 @@ std::shared_ptr<Work> Communicator::enqueueStaged(const char* function, std::vec
 }
 
 void Communicator::enqueueOnGpu(const char* function, const CollectiveArgs& args, void* stream) {
-  checkGpuBuffers(function, args);
+  enqueueGroupOnGpu(function, {args}, stream);
+}
+
+void Communicator::enqueueGroupOnGpu(const char* function, const std::vector<CollectiveArgs>& calls, void* stream) {
+  for (const CollectiveArgs& args : calls) checkGpuBuffers(function, args);
   if (gpuStaged()) {
-    if (args.count == 0) return;
-    enqueueStaged(function, {args}, stream);
+    for (const CollectiveArgs& args : calls)
+      if (args.count > 0) enqueueStaged(function, {args}, stream);
     return;
   }
   ensureGpuPath(-1);
   std::lock_guard lock(gpuMutex_);
-  SelectedPlan selected = selectPlan(args);
-  // Large calls: a ring over many lanes, since a GPU needs many thread blocks to move bytes at its rate
-  // (a plan file still wins). Every rank decides alike: the same call size and parameters.
-  if (!selected.fromFile && gpuChannels_ > 1 && nranks_ > 1 && algo::algorithmSupports(algo::Algorithm::Ring, args.collective) &&
-      selected.callBytes >= static_cast<size_t>(std::max<int64_t>(0, params::kGpuRingBytes.get()))) {
-    auto& slot = gpuRingPlans_[{static_cast<int>(args.collective), args.root, static_cast<int>(selected.placement)}];
-    if (!slot) {
-      slot = std::make_unique<algo::Plan>(
-          algo::makePlan(algo::Algorithm::Ring, args.collective, nranks_, args.root, gpuChannels_, selected.placement));
-      algo::validateOrThrow(*slot);
+  std::vector<GpuCall> batch;
+  batch.reserve(calls.size());
+  for (const CollectiveArgs& args : calls) {
+    SelectedPlan selected = selectPlan(args);
+    // Large calls: a ring over many lanes, since a GPU needs many thread blocks to move bytes at its rate
+    // (a plan file still wins). Every rank decides alike: the same call size and parameters.
+    const int lanes = gpuFixedLanes_ ? gpuChannels_ : gpuRingLanes(selected.callBytes, nranks_, gpuChannels_);
+    if (!selected.fromFile && lanes > 1 && nranks_ > 1 && algo::algorithmSupports(algo::Algorithm::Ring, args.collective) &&
+        selected.callBytes >= static_cast<size_t>(std::max<int64_t>(0, params::kGpuRingBytes.get()))) {
+      auto& slot = gpuRingPlans_[{static_cast<int>(args.collective), args.root, static_cast<int>(selected.placement), lanes}];
+      if (!slot) {
+        slot = std::make_unique<algo::Plan>(
+            algo::makePlan(algo::Algorithm::Ring, args.collective, nranks_, args.root, lanes, selected.placement));
+        algo::validateOrThrow(*slot);
+      }
+      selected.plan = slot.get();
     }
-    selected.plan = slot.get();
+    batch.push_back({selected.plan, &args, selected.inPlace, selection_->chooseProtocol(args.collective, selected.callBytes)});
   }
-  gpuPath_->enqueue(*selected.plan, args, selected.inPlace, stream,
-                    selection_->chooseProtocol(args.collective, selected.callBytes));
+  gpuPath_->enqueue(batch, stream);
 }
 
 std::unique_ptr<Execution> Communicator::buildCollective(const CollectiveArgs& args,

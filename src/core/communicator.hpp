@@ -94,6 +94,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // A collective on GPU buffers: enqueued on `stream` (a cudaStream_t), returns at once. The first such call
   // sets the GPU path up, collectively. Throws on bad input (one buffer on the GPU and the other not, ...).
   void enqueueOnGpu(const char* function, const CollectiveArgs& args, void* stream);
+  // Collectives on GPU buffers of one group (ncclGroupStart/End), in call order, on one stream: consecutive
+  // calls run as one kernel launch where the GPU path can fuse them (GpuPath::enqueue).
+  void enqueueGroupOnGpu(const char* function, const std::vector<CollectiveArgs>& calls, void* stream);
   // The checks enqueueOnGpu makes before anything is set up or enqueued (for calls deferred to a group's end).
   void checkGpuBuffers(const char* function, const CollectiveArgs& args) const;
   // Sets the GPU path up (collective over the ranks) on `device` (-1: the calling thread's), once.
@@ -226,9 +229,10 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::map<std::pair<int, int>, std::unique_ptr<transport::Connection>> connections_;
   std::set<transport::Transport*> usedTransports_;
   std::map<std::tuple<int, int, int, int>, std::unique_ptr<algo::Plan>> plans_;  // algorithm, collective, root, placement
-  // The GPU path's many-lane rings (TOPOCCL_GPU_NCHANNELS), by collective, root, placement.
-  std::map<std::tuple<int, int, int>, std::unique_ptr<algo::Plan>> gpuRingPlans_;
-  int gpuChannels_ = 1;
+  // The GPU path's many-lane rings, by collective, root, placement and lanes.
+  std::map<std::tuple<int, int, int, int>, std::unique_ptr<algo::Plan>> gpuRingPlans_;
+  int gpuChannels_ = 1;         // the GPU rings' lanes: fixed (TOPOCCL_GPU_NCHANNELS), or the most by call size
+  bool gpuFixedLanes_ = false;
   std::vector<algo::Plan> planFiles_;  // MSCCL_XML_FILES for this rank count, validated, in file order; then
                                        // TOPOCCL_SYNTHESIZE's plans
   HostArena scratch_;

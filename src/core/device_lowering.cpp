@@ -165,6 +165,29 @@ LoweredPlan lowerPlan(const algo::Plan& plan, int rank, const PlanBuffers& buffe
 
 size_t deviceImageBytes(const LoweredPlan& lowered) { return layoutOf(lowered).total; }
 
+bool independentOf(const CallFootprint& call, const std::vector<CallFootprint>& earlier) {
+  const auto overlaps = [](const void* a, size_t aBytes, const void* b, size_t bBytes) {
+    const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+    return aBytes > 0 && bBytes > 0 && x < y + bBytes && y < x + aBytes;
+  };
+  for (const CallFootprint& e : earlier)
+    if (overlaps(call.written, call.writtenBytes, e.written, e.writtenBytes) ||
+        overlaps(call.written, call.writtenBytes, e.read, e.readBytes) || overlaps(call.read, call.readBytes, e.written, e.writtenBytes))
+      return false;
+  return true;
+}
+
+bool ChainedConnections::admit(const LoweredPlan& lowered) {
+  for (uint32_t l = 0; l < lowered.lanes.size(); ++l)
+    for (const kernels::DeviceFifo* f : {&lowered.lanes[l].send, &lowered.lanes[l].recv})
+      if (f->counters != nullptr)
+        if (const auto it = laneOf_.find(f->counters); it != laneOf_.end() && it->second != l) return false;
+  for (uint32_t l = 0; l < lowered.lanes.size(); ++l)
+    for (const kernels::DeviceFifo* f : {&lowered.lanes[l].send, &lowered.lanes[l].recv})
+      if (f->counters != nullptr) laneOf_.emplace(f->counters, l);
+  return true;
+}
+
 kernels::DevicePlan writeDeviceImage(const LoweredPlan& lowered, const kernels::DevicePlan& header, void* image,
                                      uintptr_t base) {
   const ImageLayout l = layoutOf(lowered);

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string_view>
 #include <vector>
 
@@ -34,6 +35,32 @@ struct LoweredPlan {
 // either could deadlock with bounded FIFOs. Every rank checks every rank's lanes, so all refuse alike.
 LoweredPlan lowerPlan(const algo::Plan& plan, int rank, const PlanBuffers& buffers, const DeviceFifoLookup& fifo,
                       kernels::DeviceProtocol protocol, const kernels::DeviceFifoGeometry& geometry);
+
+// Which lane drives each connection over the plans chained into one launch (a fused group, DevicePlan::next).
+// A lane reads its connections' counters when it starts a plan and each counter has one writer, so a
+// connection must stay with one lane index over the whole chain; then each connection carries the plans'
+// slices in chain order, as consecutive launches would.
+class ChainedConnections {
+ public:
+  // Records `lowered`'s connections and returns true, or returns false (recording nothing) where one of them
+  // is driven by another lane earlier in the chain.
+  bool admit(const LoweredPlan& lowered);
+
+ private:
+  std::map<const void*, uint32_t> laneOf_;  // a connection's counters -> the lane that drives it
+};
+
+// What a call reads and writes on this rank: the caller's buffers, as far as the rank uses them.
+struct CallFootprint {
+  const void* read = nullptr;
+  size_t readBytes = 0;
+  const void* written = nullptr;
+  size_t writtenBytes = 0;
+};
+
+// Whether a call may join `earlier` calls in one launch, where their lanes run side by side: it writes
+// nothing they read or write, and reads nothing they write. (Reading what they read is fine.)
+bool independentOf(const CallFootprint& call, const std::vector<CallFootprint>& earlier);
 
 // The FIFO slots `plan` needs: the most chunk parts any lane sends per round.
 uint64_t fifoSlotsNeeded(const algo::Plan& plan);

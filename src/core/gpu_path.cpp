@@ -27,8 +27,46 @@
 
 namespace topoccl::core {
 
+namespace {
+int powerOfTwoAtMost(int64_t v) {
+  int p = 1;
+  while (p <= v / 2) p *= 2;
+  return p;
+}
+}  // namespace
+
+kernels::DeviceFifoGeometry gpuFifoGeometry(int nranks) {
+  const int64_t slots = params::kGpuFifoSlots.get();
+  const int64_t slotBytes = params::kGpuSlotBytes.get();
+  if (slots < 0 || slots > 4096)
+    throwInvalidArgument(std::string(params::kGpuFifoSlots.name()) + "=" + std::to_string(slots) + " must be 0..4096");
+  if (slotBytes < 256 || slotBytes % 16 != 0 || slotBytes > (64 << 20))
+    throwInvalidArgument(std::string(params::kGpuSlotBytes.name()) + "=" + std::to_string(slotBytes) +
+                         " must be a multiple of 16 between 256 and 64 MiB");
+  kernels::DeviceFifoGeometry geometry;
+  geometry.slotCount = slots > 0 ? static_cast<uint64_t>(slots) : std::max<uint64_t>(8, 2 * static_cast<uint64_t>(nranks));
+  geometry.slotBytes = static_cast<uint64_t>(slotBytes);
+  geometry.llWordsPerSlot = 2048;
+  return geometry;
+}
+
+int gpuMaxRingLanes(int multiprocessors, int ranksOnGpu, size_t fifoBytesPerLane) {
+  if (multiprocessors <= 0 || ranksOnGpu <= 0) return 1;
+  int lanes = std::min(32, powerOfTwoAtMost(std::max(1, multiprocessors / ranksOnGpu)));
+  while (lanes > 8 && static_cast<size_t>(lanes) * fifoBytesPerLane > kGpuFifoBudgetBytes) lanes /= 2;
+  return lanes;
+}
+
+int gpuRingLanes(size_t callBytes, int nranks, int maxLanes) {
+  const int most = std::max(1, maxLanes);
+  const int64_t perLane = int64_t{256} << 10;
+  const int64_t wanted = static_cast<int64_t>(callBytes / static_cast<size_t>(std::max(1, nranks))) / perLane;
+  return std::clamp(powerOfTwoAtMost(std::max<int64_t>(1, wanted)), std::min(8, most), most);
+}
+
 #if !defined(TOPOCCL_HAVE_CUDA)
 
+GpuIdentity currentGpuIdentity() { return {}; }
 bool gpuAvailable() { return false; }
 bool isGpuPointer(const void*) { return false; }
 void* gpuAllocate(size_t) { throwInvalidUsage("GPU memory was asked for (TOPOCCL_MEM_ALLOC=gpu) but this topoccl was built without CUDA"); }
@@ -135,16 +173,7 @@ class CudaGpuPath final : public GpuPath {
     check(kernels::loadKernels(), "loading topoccl's kernels");  // before any of ours runs: see loadKernels
     const int n = context.nranks;
     channels_ = std::max(1, context.nchannels);
-    const int64_t slots = params::kGpuFifoSlots.get();
-    const int64_t slotBytes = params::kGpuSlotBytes.get();
-    if (slots < 0 || slots > 4096)
-      throwInvalidArgument(std::string(params::kGpuFifoSlots.name()) + "=" + std::to_string(slots) + " must be 0..4096");
-    if (slotBytes < 256 || slotBytes % 16 != 0 || slotBytes > (64 << 20))
-      throwInvalidArgument(std::string(params::kGpuSlotBytes.name()) + "=" + std::to_string(slotBytes) +
-                           " must be a multiple of 16 between 256 and 64 MiB");
-    geometry_.slotCount = slots > 0 ? static_cast<uint64_t>(slots) : std::max<uint64_t>(8, 2 * static_cast<uint64_t>(n));
-    geometry_.slotBytes = static_cast<uint64_t>(slotBytes);
-    geometry_.llWordsPerSlot = 2048;
+    geometry_ = gpuFifoGeometry(n);
     threads_ = static_cast<unsigned>(params::kGpuThreads.get());
     if (threads_ == 0 || threads_ % 32 != 0 || threads_ > kernels::kPlanThreadsPerLane)
       throwInvalidArgument(std::string(params::kGpuThreads.name()) + "=" + std::to_string(threads_) +
@@ -261,81 +290,179 @@ class CudaGpuPath final : public GpuPath {
     if (hostFlags_) cudaFreeHost(hostFlags_);
   }
 
-  void enqueue(const algo::Plan& plan, const CollectiveArgs& args, bool inPlace, void* streamHandle,
-               algo::Protocol chosenProtocol) override {
+  void enqueue(const std::vector<GpuCall>& calls, void* streamHandle) override {
     std::string failure;
     if (asyncError(failure) != ncclSuccess) throwInvalidUsage("the GPU path of this communicator failed earlier: " + failure);
     const ScopedGpuDevice onOurDevice(device_);
     auto stream = static_cast<cudaStream_t>(streamHandle);
-    const algo::Collective c = args.collective;
-    const bool reduces = c == algo::Collective::AllReduce || c == algo::Collective::ReduceScatter || c == algo::Collective::Reduce;
-    if (reduces && !kernels::isKernelOp(args.reduce.op) && args.reduce.op != ReduceOp::Avg && args.reduce.op != ReduceOp::PreMulSum)
-      throwInvalidArgument(std::string(algo::collectiveName(c)) + " on GPU buffers: operator " + reduceOpName(args.reduce.op) +
-                           " is not supported on the GPU path");
-    if (args.count == 0) return;
-    const size_t elem = dataTypeSize(args.type);
-    const int rank = context_.rank, n = context_.nranks;
-    const uint32_t inBlocks = algo::inputBlocks(c, n, rank, args.root);
-    const uint32_t outBlocks = algo::outputBlocks(c, n, rank, args.root);
-    const char* input = static_cast<const char*>(args.send);
-    char* output = static_cast<char*>(args.recv);
-    // Lower the reduction as the host path does: PreMulSum and floating Avg scale each input once up front
-    // (into the input copy), integer Avg sums and divides the result; the plan kernel sees Sum/Prod/Max/Min.
-    ReduceOp op = reduces ? args.reduce.op : ReduceOp::Sum;
-    unsigned char hostScalar[8] = {};
-    std::memcpy(hostScalar, args.reduce.scalar, sizeof(hostScalar));
-    const void* deviceScalar = nullptr;
-    if (op == ReduceOp::Avg && isFloatingPoint(args.type)) {
-      kernels::reciprocalScalar(args.type, static_cast<uint64_t>(n), hostScalar);
-      op = ReduceOp::PreMulSum;
-    } else if (op == ReduceOp::PreMulSum && args.reduce.scalarPointer != nullptr) {
-      // ncclScalarDevice: read on the device when the scale runs; a host pointer is read now.
-      if (isGpuPointer(args.reduce.scalarPointer)) deviceScalar = args.reduce.scalarPointer;
-      else std::memcpy(hostScalar, args.reduce.scalarPointer, elem);
-    }
-    const ReduceOp kernelOp = op == ReduceOp::PreMulSum || op == ReduceOp::Avg ? ReduceOp::Sum : op;
+    // Every call is checked before anything is enqueued.
+    std::vector<PreparedCall> prepared;
+    prepared.reserve(calls.size());
+    for (const GpuCall& call : calls)
+      if (PreparedCall p = prepare(call); call.args->count > 0) prepared.push_back(std::move(p));
+    if (prepared.empty()) return;
     // Launches of one communicator run in call order whatever streams they are on: they share the FIFO
     // counters, the lane counters and the work buffers (which the copies and reallocations below touch).
     if (lastStream_ != nullptr && lastStream_ != stream) check(cudaStreamWaitEvent(stream, lastDone_, 0), "ordering after the previous launch");
-    if (n == 1) {
-      // One rank: the result is the input (PreMulSum: scaled; an Avg over one rank is the value itself).
-      if (op == ReduceOp::PreMulSum)
-        check(kernels::launchScale(args.type, output, input, args.count, hostScalar, deviceScalar, stream), "scaling a one-rank PreMulSum");
-      else if (output != input)
-        check(cudaMemcpyAsync(output, input, args.count * elem, cudaMemcpyDeviceToDevice, stream), "copying a one-rank collective");
+    if (context_.nranks == 1) {
+      for (const PreparedCall& p : prepared) runSingleRank(p, stream);
       check(cudaEventRecord(singleRankDone_, stream), "cudaEventRecord");
       lastDone_ = singleRankDone_;
       lastStream_ = stream;
       return;
     }
-    const size_t inputBytes = static_cast<size_t>(inBlocks) * args.count * elem;
-    if (op == ReduceOp::PreMulSum && inBlocks > 0) {
-      char* scaled = inputCopy_.reserve(inputBytes, stream);
-      check(kernels::launchScale(args.type, scaled, input, static_cast<size_t>(inBlocks) * args.count, hostScalar, deviceScalar, stream),
-            "scaling the input (PreMulSum)");
-      input = scaled;
-    } else if (inPlace && !plan.inPlace && inBlocks > 0) {
-      // The plan needs its input apart from its output: copy it first, on the same stream.
-      char* copy = inputCopy_.reserve(inputBytes, stream);
-      check(cudaMemcpyAsync(copy, input, inputBytes, cudaMemcpyDeviceToDevice, stream), "copying the input");
-      input = copy;
-    } else if (!inPlace && !plan.outOfPlace) {
-      throwInternalError("plan '" + plan.name + "' for " + algo::collectiveName(c) + " supports only in-place buffers");
+    // Work buffers for every call at once: each call's input copy and scratch lie apart from the others'.
+    size_t inputTotal = 0, scratchTotal = 0;
+    for (PreparedCall& p : prepared) {
+      p.inputOffset = inputTotal;
+      inputTotal += alignUp(p.inputCopyBytes);
+      p.scratchOffset = scratchTotal;
+      scratchTotal += alignUp(p.scratchBytes);
     }
-    const size_t scratchSize = scratchBytes(plan, args.count, elem);
-    const PlanBuffers buffers{input, output, scratchSize ? scratch_.reserve(scratchSize, stream) : nullptr, args.count, elem};
-    const kernels::DeviceProtocol protocol =
-        chosenProtocol == algo::Protocol::LowLatency ? kernels::DeviceProtocol::LowLatency : kernels::DeviceProtocol::Simple;
-    const LoweredPlan lowered = lowerPlan(
-        plan, rank, buffers, [&](int peer, int channel, bool sending) { return fifo(peer, channel, sending); }, protocol,
-        geometry_);
-    if (lowered.lanes.size() > kMaxLanes)
-      throwInvalidUsage("plan '" + plan.name + "' gives rank " + std::to_string(rank) + " " +
-                        std::to_string(lowered.lanes.size()) + " lanes; the GPU path runs at most " + std::to_string(kMaxLanes));
+    char* inputBase = inputTotal ? inputCopy_.reserve(inputTotal, stream) : nullptr;
+    char* scratchBase = scratchTotal ? scratch_.reserve(scratchTotal, stream) : nullptr;
+    for (PreparedCall& p : prepared) lowerCall(p, inputBase, scratchBase, stream);
 
+    // Consecutive calls share a launch while they can: one kernel (type, operator), independent buffers and
+    // every connection on one lane (ChainedConnections).
+    const bool fuse = params::kGpuFuseGroups.get();
+    for (size_t begin = 0; begin < prepared.size();) {
+      ChainedConnections connections;
+      connections.admit(prepared[begin].lowered);
+      size_t end = begin + 1;
+      while (fuse && end < prepared.size() && chainable(prepared, begin, end) && connections.admit(prepared[end].lowered)) ++end;
+      launchChain(prepared, begin, end, stream);
+      begin = end;
+    }
+  }
+
+  void abort() override { __atomic_store_n(&hostFlags_[0], 1, __ATOMIC_RELAXED); }
+
+  ncclResult_t asyncError(std::string& message) const override {
+    std::lock_guard lock(mutex_);
+    message = failure_;
+    return failure_.empty() ? ncclSuccess : failureCode_;
+  }
+
+ private:
+  // A call, checked and with its reduction lowered as the host path does: PreMulSum and floating Avg scale
+  // each input once up front (into the input copy), integer Avg sums and divides the result; the plan
+  // kernel sees Sum/Prod/Max/Min.
+  struct PreparedCall {
+    const GpuCall* call = nullptr;
+    bool reduces = false;
+    ReduceOp op = ReduceOp::Sum;
+    ReduceOp kernelOp = ReduceOp::Sum;
+    unsigned char hostScalar[8] = {};
+    const void* deviceScalar = nullptr;
+    size_t elem = 0;
+    uint32_t inBlocks = 0, outBlocks = 0;
+    const char* input = nullptr;  // what the plan reads: the caller's input, or its copy
+    char* output = nullptr;
+    size_t inputBytes = 0, outputBytes = 0;  // the caller's buffers, as this rank uses them
+    size_t inputCopyBytes = 0;  // scaled or set-apart input (0: the plan reads the caller's)
+    size_t scratchBytes = 0;
+    size_t inputOffset = 0, scratchOffset = 0;  // in the launch's shared work buffers
+    LoweredPlan lowered;
+    CallFootprint footprint() const { return {call->args->send, inputBytes, output, outputBytes}; }
+  };
+
+  static size_t alignUp(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+  PreparedCall prepare(const GpuCall& call) const {
+    const CollectiveArgs& args = *call.args;
+    const algo::Collective c = args.collective;
+    PreparedCall p;
+    p.call = &call;
+    p.reduces = c == algo::Collective::AllReduce || c == algo::Collective::ReduceScatter || c == algo::Collective::Reduce;
+    if (p.reduces && !kernels::isKernelOp(args.reduce.op) && args.reduce.op != ReduceOp::Avg && args.reduce.op != ReduceOp::PreMulSum)
+      throwInvalidArgument(std::string(algo::collectiveName(c)) + " on GPU buffers: operator " + reduceOpName(args.reduce.op) +
+                           " is not supported on the GPU path");
+    const int rank = context_.rank, n = context_.nranks;
+    p.elem = dataTypeSize(args.type);
+    p.inBlocks = algo::inputBlocks(c, n, rank, args.root);
+    p.outBlocks = algo::outputBlocks(c, n, rank, args.root);
+    p.input = static_cast<const char*>(args.send);
+    p.output = static_cast<char*>(args.recv);
+    p.inputBytes = static_cast<size_t>(p.inBlocks) * args.count * p.elem;
+    p.outputBytes = static_cast<size_t>(p.outBlocks) * args.count * p.elem;
+    p.op = p.reduces ? args.reduce.op : ReduceOp::Sum;
+    std::memcpy(p.hostScalar, args.reduce.scalar, sizeof(p.hostScalar));
+    if (p.op == ReduceOp::Avg && isFloatingPoint(args.type)) {
+      kernels::reciprocalScalar(args.type, static_cast<uint64_t>(n), p.hostScalar);
+      p.op = ReduceOp::PreMulSum;
+    } else if (p.op == ReduceOp::PreMulSum && args.reduce.scalarPointer != nullptr) {
+      // ncclScalarDevice: read on the device when the scale runs; a host pointer is read now.
+      if (isGpuPointer(args.reduce.scalarPointer)) p.deviceScalar = args.reduce.scalarPointer;
+      else std::memcpy(p.hostScalar, args.reduce.scalarPointer, p.elem);
+    }
+    p.kernelOp = p.op == ReduceOp::PreMulSum || p.op == ReduceOp::Avg ? ReduceOp::Sum : p.op;
+    if (n > 1 && args.count > 0) {
+      const algo::Plan& plan = *call.plan;
+      if ((p.op == ReduceOp::PreMulSum || (call.inPlace && !plan.inPlace)) && p.inBlocks > 0) p.inputCopyBytes = p.inputBytes;
+      else if (!call.inPlace && !plan.outOfPlace)
+        throwInternalError("plan '" + plan.name + "' for " + algo::collectiveName(c) + " supports only in-place buffers");
+      p.scratchBytes = core::scratchBytes(plan, args.count, p.elem);
+    }
+    return p;
+  }
+
+  // One rank: the result is the input (PreMulSum: scaled; an Avg over one rank is the value itself).
+  void runSingleRank(const PreparedCall& p, cudaStream_t stream) {
+    const CollectiveArgs& args = *p.call->args;
+    if (p.op == ReduceOp::PreMulSum)
+      check(kernels::launchScale(args.type, p.output, p.input, args.count, p.hostScalar, p.deviceScalar, stream), "scaling a one-rank PreMulSum");
+    else if (p.output != p.input)
+      check(cudaMemcpyAsync(p.output, p.input, args.count * p.elem, cudaMemcpyDeviceToDevice, stream), "copying a one-rank collective");
+  }
+
+  // Enqueues the call's input scaling or copy into its share of the input buffer, and lowers its plan.
+  void lowerCall(PreparedCall& p, char* inputBase, char* scratchBase, cudaStream_t stream) {
+    const CollectiveArgs& args = *p.call->args;
+    if (p.inputCopyBytes > 0) {
+      char* copy = inputBase + p.inputOffset;
+      if (p.op == ReduceOp::PreMulSum)
+        check(kernels::launchScale(args.type, copy, p.input, static_cast<size_t>(p.inBlocks) * args.count, p.hostScalar,
+                                   p.deviceScalar, stream),
+              "scaling the input (PreMulSum)");
+      else  // the plan needs its input apart from its output
+        check(cudaMemcpyAsync(copy, p.input, p.inputCopyBytes, cudaMemcpyDeviceToDevice, stream), "copying the input");
+      p.input = copy;
+    }
+    const PlanBuffers buffers{p.input, p.output, p.scratchBytes ? scratchBase + p.scratchOffset : nullptr, args.count, p.elem};
+    const kernels::DeviceProtocol protocol = p.call->protocol == algo::Protocol::LowLatency ? kernels::DeviceProtocol::LowLatency
+                                                                                             : kernels::DeviceProtocol::Simple;
+    p.lowered = lowerPlan(
+        *p.call->plan, context_.rank, buffers, [&](int peer, int channel, bool sending) { return fifo(peer, channel, sending); },
+        protocol, geometry_);
+    if (p.lowered.lanes.size() > kMaxLanes)
+      throwInvalidUsage("plan '" + p.call->plan->name + "' gives rank " + std::to_string(context_.rank) + " " +
+                        std::to_string(p.lowered.lanes.size()) + " lanes; the GPU path runs at most " + std::to_string(kMaxLanes));
+  }
+
+  // Whether call `next` may run in the launch of calls [begin, next): the same kernel (type, operator) and
+  // buffers independent of theirs.
+  static bool chainable(const std::vector<PreparedCall>& prepared, size_t begin, size_t next) {
+    const PreparedCall& c = prepared[next];
+    std::vector<CallFootprint> earlier;
+    for (size_t k = begin; k < next; ++k) {
+      const PreparedCall& e = prepared[k];
+      if (e.call->args->type != c.call->args->type || (e.reduces && c.reduces && e.kernelOp != c.kernelOp)) return false;
+      earlier.push_back(e.footprint());
+    }
+    return independentOf(c.footprint(), earlier);
+  }
+
+  // One launch for calls [begin, end): their plan images back to back in one slot, each pointing at the next.
+  void launchChain(const std::vector<PreparedCall>& prepared, size_t begin, size_t end, cudaStream_t stream) {
     ImageSlot& slot = slots_[nextSlot_++ % kImageSlots];
     if (slot.used) check(cudaEventSynchronize(slot.done), "waiting for an earlier launch");
-    const size_t imageBytes = deviceImageBytes(lowered);
+    std::vector<size_t> offsets;
+    size_t imageBytes = 0;
+    for (size_t k = begin; k < end; ++k) {
+      offsets.push_back(imageBytes);
+      imageBytes += (deviceImageBytes(prepared[k].lowered) + 63) / 64 * 64;
+    }
     if (imageBytes > slot.hostCapacity) {
       // Rare (a plan of many steps): freeing pinned memory may wait for the device, so the old buffer is kept.
       retiredHost_.push_back(slot.host);
@@ -352,23 +479,46 @@ class CudaGpuPath final : public GpuPath {
       check(allocateOnStream(reinterpret_cast<void**>(&slot.device), imageBytes, stream), "cudaMallocAsync of a plan image");
       slot.capacity = imageBytes;
     }
-    kernels::DevicePlan header;
-    header.protocol = protocol;
-    header.geometry = geometry_;
-    header.laneDone = laneDone_;
-    header.launchBase = ++launches_ << 32;
-    header.abortFlag = deviceFlags_;
-    header.status = deviceFlags_ + 1;
-    writeDeviceImage(lowered, header, slot.host, reinterpret_cast<uintptr_t>(slot.device));
+    uint32_t lanes = 0;
+    bool reduces = false;
+    ReduceOp kernelOp = ReduceOp::Sum;
+    for (size_t k = begin; k < end; ++k) {
+      const PreparedCall& p = prepared[k];
+      const size_t i = k - begin;
+      kernels::DevicePlan header;
+      header.protocol = p.call->protocol == algo::Protocol::LowLatency ? kernels::DeviceProtocol::LowLatency
+                                                                        : kernels::DeviceProtocol::Simple;
+      header.geometry = geometry_;
+      header.laneDone = laneDone_;
+      header.launchBase = ++launches_ << 32;
+      header.abortFlag = deviceFlags_;
+      header.status = deviceFlags_ + 1;
+      header.next = k + 1 < end ? reinterpret_cast<const kernels::DevicePlan*>(slot.device + offsets[i + 1]) : nullptr;
+      writeDeviceImage(p.lowered, header, slot.host + offsets[i], reinterpret_cast<uintptr_t>(slot.device + offsets[i]));
+      lanes = std::max(lanes, static_cast<uint32_t>(p.lowered.lanes.size()));
+      if (p.reduces && !reduces) kernelOp = p.kernelOp;
+      reduces = reduces || p.reduces;
+    }
+    const PreparedCall& first = prepared[begin];
+    const CollectiveArgs& firstArgs = *first.call->args;
+    std::string what = std::string(algo::collectiveName(firstArgs.collective)) + " (" + first.call->plan->name + ", " +
+                       std::to_string(firstArgs.count) + " x " + dataTypeName(firstArgs.type) + ")";
+    if (end - begin > 1) {
+      what += " and " + std::to_string(end - begin - 1) + " more call(s) of its group in the same launch";
+      TOPOCCL_INFO(log::kColl, "rank %d: %zu GPU calls of a group fused into one launch of %u lanes", context_.rank, end - begin, lanes);
+    }
 
     check(cudaMemcpyAsync(slot.device, slot.host, imageBytes, cudaMemcpyHostToDevice, stream), "uploading the plan");
-    const cudaError_t launched = kernels::launchPlan(args.type, kernelOp, reduces,
-                                                     reinterpret_cast<const kernels::DevicePlan*>(slot.device),
-                                                     static_cast<uint32_t>(lowered.lanes.size()), threads_, stream);
-    check(launched, std::string("launching ") + algo::collectiveName(c) + " (" + plan.name + ")");
-    if (op == ReduceOp::Avg && outBlocks > 0)  // integer Avg: the sum divided by the ranks, truncated
-      check(kernels::launchDivide(args.type, output, output, static_cast<size_t>(outBlocks) * args.count, static_cast<uint64_t>(n), stream),
-            "dividing the sum (integer Avg)");
+    check(kernels::launchPlan(firstArgs.type, kernelOp, reduces, reinterpret_cast<const kernels::DevicePlan*>(slot.device), lanes,
+                              threads_, stream),
+          "launching " + what);
+    for (size_t k = begin; k < end; ++k) {
+      const PreparedCall& p = prepared[k];
+      if (p.op == ReduceOp::Avg && p.outBlocks > 0)  // integer Avg: the sum divided by the ranks, truncated
+        check(kernels::launchDivide(p.call->args->type, p.output, p.output, static_cast<size_t>(p.outBlocks) * p.call->args->count,
+                                    static_cast<uint64_t>(context_.nranks), stream),
+              "dividing the sum (integer Avg)");
+    }
     check(cudaEventRecord(slot.done, stream), "cudaEventRecord");
     slot.used = true;
     lastDone_ = slot.done;
@@ -378,20 +528,9 @@ class CudaGpuPath final : public GpuPath {
     check(cudaEventCreateWithFlags(&watched, cudaEventDisableTiming), "cudaEventCreate");
     check(cudaEventRecord(watched, stream), "cudaEventRecord");
     std::lock_guard lock(mutex_);
-    watched_.push_back({watched, std::chrono::steady_clock::now(),
-                        std::string(algo::collectiveName(c)) + " (" + plan.name + ", " + std::to_string(args.count) + " x " +
-                            dataTypeName(args.type) + ")"});
+    watched_.push_back({watched, std::chrono::steady_clock::now(), what});
   }
 
-  void abort() override { __atomic_store_n(&hostFlags_[0], 1, __ATOMIC_RELAXED); }
-
-  ncclResult_t asyncError(std::string& message) const override {
-    std::lock_guard lock(mutex_);
-    message = failure_;
-    return failure_.empty() ? ncclSuccess : failureCode_;
-  }
-
- private:
   struct ImageSlot {
     cudaEvent_t done = nullptr;
     char* host = nullptr;  // pinned
@@ -504,6 +643,20 @@ class CudaGpuPath final : public GpuPath {
 };
 
 }  // namespace
+
+GpuIdentity currentGpuIdentity() {
+  GpuIdentity identity;
+  if (!gpuAvailable()) return identity;
+  int device = 0;
+  cudaDeviceProp props{};
+  if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&props, device) != cudaSuccess) {
+    cudaGetLastError();
+    return identity;
+  }
+  std::memcpy(identity.uuid, props.uuid.bytes, sizeof(identity.uuid));
+  identity.multiprocessors = props.multiProcessorCount;
+  return identity;
+}
 
 bool gpuAvailable() {
   static const bool available = [] {

@@ -17,6 +17,7 @@
 #include "algorithms/plan.hpp"
 #include "algorithms/selection.hpp"
 #include "common/datatype.hpp"
+#include "kernels/device_plan.hpp"
 #include "transport/transport.hpp"
 
 namespace topoccl::core {
@@ -45,6 +46,28 @@ class ScopedGpuDevice {
 };
 bool gpuFree(void* pointer);  // false: not GPU memory (the caller frees it otherwise)
 
+// The calling thread's current GPU: its UUID and multiprocessor count (zeros without a CUDA build or device).
+struct GpuIdentity {
+  unsigned char uuid[16] = {};
+  int32_t multiprocessors = 0;
+};
+GpuIdentity currentGpuIdentity();
+
+// The FIFO geometry of a communicator of `nranks` (TOPOCCL_GPU_FIFO_SLOTS, TOPOCCL_GPU_SLOT_BYTES); throws,
+// naming the setting, on a bad value.
+kernels::DeviceFifoGeometry gpuFifoGeometry(int nranks);
+// Receiving FIFO memory per rank above which rings stop gaining lanes (past the 8 they always may have).
+inline constexpr size_t kGpuFifoBudgetBytes = size_t{1} << 30;
+
+// Lanes of the GPU path's rings. The most a rank may run: every lane of every rank sharing a GPU must be
+// resident at once (a lane may wait for another), so the GPU's multiprocessors over those ranks, a power
+// of two from 1 to 32 (processes sharing a GPU take turns rather than run side by side; counted alike),
+// and above 8 only while a rank's receiving FIFOs, `fifoBytesPerLane` a lane, stay within kGpuFifoBudgetBytes.
+int gpuMaxRingLanes(int multiprocessors, int ranksOnGpu, size_t fifoBytesPerLane);
+// For one call: a lane per 256 KiB each rank's share of the call brings, a power of two, from 8 (or the most,
+// if lower) up to the most. Every rank computes the same from the same call.
+int gpuRingLanes(size_t callBytes, int nranks, int maxLanes);
+
 struct GpuPathContext {
   int rank = 0;
   int nranks = 0;
@@ -55,14 +78,23 @@ struct GpuPathContext {
   std::function<void(void* data, size_t bytesPerRank)> allGather;
 };
 
+// One collective for the GPU path: its plan (alive until enqueue returns), arguments, whether its buffers are
+// NCCL's in-place layout, and the selection table's protocol (every rank makes the same choices).
+struct GpuCall {
+  const algo::Plan* plan = nullptr;
+  const CollectiveArgs* args = nullptr;
+  bool inPlace = false;
+  algo::Protocol protocol = algo::Protocol::Simple;
+};
+
 class GpuPath {
  public:
   virtual ~GpuPath() = default;
-  // Enqueues the collective on `stream` (a cudaStream_t) and returns. `inPlace`: the call's buffers are the
-  // NCCL in-place layout. Throws on bad input (host buffers, unsupported operators) before enqueuing anything.
-  // `protocol`: the selection table's choice (every rank makes the same).
-  virtual void enqueue(const algo::Plan& plan, const CollectiveArgs& args, bool inPlace, void* stream,
-                       algo::Protocol protocol) = 0;
+  // Enqueues the calls on `stream` (a cudaStream_t), in order, and returns. Calls of one group go together:
+  // consecutive ones run as one launch (a chain of plans) where they can (TOPOCCL_GPU_FUSE_GROUPS): same
+  // element type and reduction kernel, no buffer one writes that another reads or writes, and every
+  // connection on one lane. Throws on bad input (unsupported operators) before enqueuing anything.
+  virtual void enqueue(const std::vector<GpuCall>& calls, void* stream) = 0;
   // ncclCommAbort: every running lane stops at its next wait.
   virtual void abort() = 0;
   // The first failure a launch reported (abort, watchdog), or ncclSuccess.

@@ -15,9 +15,10 @@ namespace topoccl::kernels {
 // Threads per lane (thread block) at most; a launch may use fewer, in whole warps.
 inline constexpr unsigned kPlanThreadsPerLane = 512;
 
-// Enqueues the plan at `plan` (device memory, as core::writeDeviceImage laid it out for that address) on
-// `stream`: `lanes` thread blocks of `threadsPerLane` threads, all resident at once (a lane may wait for
-// another). Plans without a reduction (reduces = false) ignore type and op. Returns the launch status;
+// Enqueues the plan at `plan` (device memory, as core::writeDeviceImage laid it out for that address) and the
+// plans chained after it (DevicePlan::next) on `stream`: `lanes` thread blocks of `threadsPerLane` threads,
+// all resident at once (a lane may wait for another); `lanes` is the most any plan of the chain has. Chains
+// without a reduction (reduces = false) ignore type and op. Returns the launch status;
 // the outcome lands in the plan's status word once the stream reaches it.
 cudaError_t launchPlan(DataType type, ReduceOp op, bool reduces, const DevicePlan* plan, uint32_t lanes,
                        unsigned threadsPerLane, cudaStream_t stream);

@@ -111,6 +111,9 @@ struct DevicePlan {
   const uint64_t* abortFlag = nullptr;
   // kPlanAborted once a lane gave up; other lanes then stop at their next wait. Must not be null.
   uint64_t* status = nullptr;
+  // The next plan of the same launch (a fused group, runPlanChain), or null. Its launchBase is larger, so a
+  // lane that moved on to it still reads as done to the lanes of this one.
+  const DevicePlan* next = nullptr;
 };
 
 }  // namespace topoccl::kernels

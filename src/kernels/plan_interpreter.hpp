@@ -313,4 +313,15 @@ class LaneInterpreter {
   uint64_t recvSeq_ = 0;
 };
 
+// Lane `laneIndex` of every plan chained from `plan` (DevicePlan::next), in order: one launch runs a fused
+// group of calls. A plan with fewer lanes leaves this one out. Each connection must be driven by the same lane
+// index in every plan of the chain (core::ChainedConnections checks it): a lane reads its connections'
+// counters when it starts a plan, and each counter has one writer. False when a lane stopped early.
+template <class T, class Op, class Block>
+TOPOCCL_HD bool runPlanChain(const DevicePlan* plan, uint32_t laneIndex, Block& block) {
+  for (; plan != nullptr; plan = plan->next)
+    if (laneIndex < plan->laneCount && !LaneInterpreter<T, Op, Block>(*plan, laneIndex, block).run()) return false;
+  return true;
+}
+
 }  // namespace topoccl::kernels

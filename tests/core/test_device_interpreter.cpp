@@ -68,11 +68,12 @@ struct HostBlock {
   }
 };
 
-using LaneFn = bool (*)(const DevicePlan&, uint32_t, HostBlock&);
+using LaneFn = bool (*)(const DevicePlan*, uint32_t, HostBlock&);
 
+// A launch runs lane `lane` of every plan chained from the first, as the CUDA kernel does.
 template <class T, template <class> class Op>
-bool runLaneTyped(const DevicePlan& plan, uint32_t lane, HostBlock& block) {
-  return LaneInterpreter<T, Op<T>, HostBlock>(plan, lane, block).run();
+bool runLaneTyped(const DevicePlan* plan, uint32_t lane, HostBlock& block) {
+  return runPlanChain<T, Op<T>, HostBlock>(plan, lane, block);
 }
 
 struct LaneTableMaker {
@@ -111,8 +112,8 @@ class HostFabric {
   std::map<std::tuple<int, int, int>, std::unique_ptr<Fifo>> fifos_;
 };
 
-// One rank's memory for a call: input and output (overlapping as NCCL's in-place layout), scratch, and the
-// persistent per-communicator state the kernel keeps (lane completion counters, status).
+// One rank's memory for a call: input and output (overlapping as NCCL's in-place layout), scratch, and its
+// lowered program.
 struct RankState {
   std::vector<Pack16> store;   // input and output, at a 16-misaligned but element-aligned offset
   std::vector<Pack16> outputStore;
@@ -121,11 +122,15 @@ struct RankState {
   unsigned char* output = nullptr;
   size_t inputElements = 0;
   size_t outputElements = 0;
+  core::LoweredPlan lowered;
+  std::vector<unsigned char> originalInput;
+};
+
+// What a rank's communicator keeps from launch to launch: lane completion counters and the status word.
+struct RankComm {
   std::vector<uint64_t> laneDone = std::vector<uint64_t>(64, 0);
   uint64_t status = kPlanRunning;
-  std::vector<Pack16> image;
-  DevicePlan plan;
-  std::vector<unsigned char> originalInput;
+  std::vector<std::vector<Pack16>> images;  // one per launch of the last Harness::launch
 };
 
 unsigned char* bytesOf(std::vector<Pack16>& v) { return reinterpret_cast<unsigned char*>(v.data()); }
@@ -170,79 +175,137 @@ struct Case {
   std::optional<ReduceOp> laneOp;  // what the lanes run, when not `op` (to prove the check can fail)
 };
 
+// Runs calls (Cases) as a GPU communicator would: every rank lowers each call, chains consecutive calls into
+// one launch where ChainedConnections admits them (a fused group) or launches them one by one, and runs its
+// launches in order on its own "stream" thread, each launch a thread group per lane. Checks every call.
 class Harness {
  public:
-  Harness(const Case& c, DeviceFifoGeometry geometry, uint64_t seed)
-      : c_(c), ref_(c.type), fabric_(geometry), rng_(seed), ranks_(static_cast<size_t>(c.plan->nranks)) {}
+  Harness(std::vector<Case> calls, DeviceFifoGeometry geometry, uint64_t seed)
+      : calls_(std::move(calls)), ref_(calls_.at(0).type), fabric_(geometry), rng_(seed),
+        nranks_(calls_[0].plan->nranks), states_(calls_.size()), comms_(static_cast<size_t>(nranks_)) {
+    for (const Case& c : calls_) {
+      REQUIRE(c.plan->nranks == nranks_);
+      REQUIRE(c.type == calls_[0].type);  // one kernel (type, operator) per launch
+      REQUIRE(c.laneOp.value_or(c.op) == calls_[0].laneOp.value_or(calls_[0].op));
+      REQUIRE(c.workers == calls_[0].workers);
+    }
+    for (auto& s : states_) s.resize(static_cast<size_t>(nranks_));
+  }
+  Harness(const Case& c, DeviceFifoGeometry geometry, uint64_t seed) : Harness(std::vector<Case>{c}, geometry, seed) {}
 
   // Fresh inputs, lower every rank's program, run every lane on its own workers, check. Empty on success.
-  std::string launch(DeviceProtocol protocol, const std::vector<bool>& launched = {}, const uint64_t* abortFlag = nullptr) {
-    const algo::Plan& plan = *c_.plan;
-    const int n = plan.nranks;
+  // `fuse`: chain consecutive calls into one launch where allowed. `launched`: ranks that run (others never do).
+  std::string launch(DeviceProtocol protocol, const std::vector<bool>& launched = {}, const uint64_t* abortFlag = nullptr,
+                     bool fuse = true) {
     const size_t elem = ref_.size();
-    ++launches_;
-    for (int r = 0; r < n; ++r) {
-      RankState& s = ranks_[static_cast<size_t>(r)];
-      allocate(r, s);
-      for (size_t e = 0; e < s.inputElements; ++e) ref_.setBits(s.input, e, encode(ref_, drawValue(ref_, c_.op, rng_)));
-      s.originalInput.assign(s.input, s.input + s.inputElements * elem);
-      const core::PlanBuffers buffers{reinterpret_cast<const char*>(s.input), reinterpret_cast<char*>(s.output),
-                                      s.scratch.empty() ? nullptr : reinterpret_cast<char*>(bytesOf(s.scratch)), c_.count, elem};
-      const core::LoweredPlan lowered = core::lowerPlan(
-          plan, r, buffers,
-          [&](int peer, int channel, bool sending) {
-            return sending ? fabric_.fifo(r, peer, channel) : fabric_.fifo(peer, r, channel);
-          },
-          protocol, fabric_.geometry());
-      REQUIRE(lowered.lanes.size() <= s.laneDone.size());
-      DevicePlan header;
-      header.protocol = protocol;
-      header.geometry = fabric_.geometry();
-      header.laneDone = s.laneDone.data();
-      header.launchBase = launches_ << 32;
-      header.abortFlag = abortFlag;
-      header.status = &s.status;
-      s.image.assign((core::deviceImageBytes(lowered) + sizeof(Pack16) - 1) / sizeof(Pack16), Pack16{});
-      s.plan = core::writeDeviceImage(lowered, header, s.image.data(), reinterpret_cast<uintptr_t>(s.image.data()));
-    }
-    const LaneFn run = kLaneTable[static_cast<size_t>(c_.type)][static_cast<size_t>(c_.laneOp.value_or(c_.op))];
-    std::vector<std::unique_ptr<HostBlockGroup>> groups;
-    std::vector<std::thread> threads;
-    std::atomic<int> stopped{0};
-    for (int r = 0; r < n; ++r) {
-      if (!launched.empty() && !launched[static_cast<size_t>(r)]) continue;
-      const DevicePlan* image = reinterpret_cast<const DevicePlan*>(ranks_[static_cast<size_t>(r)].image.data());
-      for (uint32_t lane = 0; lane < image->laneCount; ++lane) {
-        groups.push_back(std::make_unique<HostBlockGroup>(c_.workers));
-        HostBlockGroup* group = groups.back().get();
-        for (size_t w = 0; w < c_.workers; ++w)
-          threads.emplace_back([=, this, &stopped] {
-            HostBlock block{group, w, c_.workers};
-            if (!run(*image, lane, block)) stopped.fetch_add(1);
-          });
+    for (int r = 0; r < nranks_; ++r) {
+      RankComm& comm = comms_[static_cast<size_t>(r)];
+      comm.images.clear();
+      // Lower every call, then cut the sequence into launches.
+      std::vector<std::vector<size_t>> launches;
+      std::optional<core::ChainedConnections> chain;
+      for (size_t k = 0; k < calls_.size(); ++k) {
+        const Case& c = calls_[k];
+        RankState& s = states_[k][static_cast<size_t>(r)];
+        allocate(c, r, s);
+        for (size_t e = 0; e < s.inputElements; ++e) ref_.setBits(s.input, e, encode(ref_, drawValue(ref_, c.op, rng_)));
+        s.originalInput.assign(s.input, s.input + s.inputElements * elem);
+        const core::PlanBuffers buffers{reinterpret_cast<const char*>(s.input), reinterpret_cast<char*>(s.output),
+                                        s.scratch.empty() ? nullptr : reinterpret_cast<char*>(bytesOf(s.scratch)), c.count, elem};
+        s.lowered = core::lowerPlan(
+            *c.plan, r, buffers,
+            [&](int peer, int channel, bool sending) {
+              return sending ? fabric_.fifo(r, peer, channel) : fabric_.fifo(peer, r, channel);
+            },
+            protocol, fabric_.geometry());
+        REQUIRE(s.lowered.lanes.size() <= comm.laneDone.size());
+        if (!fuse || !chain || !chain->admit(s.lowered)) {
+          chain.emplace();
+          REQUIRE(chain->admit(s.lowered));
+          launches.emplace_back();
+        }
+        launches.back().push_back(k);
       }
+      // One image per launch: the calls' plans back to back, each pointing at the next.
+      for (const auto& members : launches) {
+        std::vector<size_t> offsets;
+        size_t total = 0;
+        for (size_t k : members) {
+          offsets.push_back(total);
+          total += (core::deviceImageBytes(states_[k][static_cast<size_t>(r)].lowered) + 63) / 64 * 64;
+        }
+        std::vector<Pack16> image(total / sizeof(Pack16), Pack16{});
+        auto* base = reinterpret_cast<unsigned char*>(image.data());
+        for (size_t i = 0; i < members.size(); ++i) {
+          DevicePlan header;
+          header.protocol = protocol;
+          header.geometry = fabric_.geometry();
+          header.laneDone = comm.laneDone.data();
+          header.launchBase = ++launchBases_ << 32;
+          header.abortFlag = abortFlag;
+          header.status = &comm.status;
+          header.next = i + 1 < members.size() ? reinterpret_cast<const DevicePlan*>(base + offsets[i + 1]) : nullptr;
+          core::writeDeviceImage(states_[members[i]][static_cast<size_t>(r)].lowered, header, base + offsets[i],
+                                 reinterpret_cast<uintptr_t>(base + offsets[i]));
+        }
+        comm.images.push_back(std::move(image));
+      }
+      fusedCalls_ += calls_.size() - launches.size();
     }
-    for (auto& t : threads) t.join();
+    const Case& first = calls_[0];
+    const LaneFn run = kLaneTable[static_cast<size_t>(first.type)][static_cast<size_t>(first.laneOp.value_or(first.op))];
+    const size_t workers = first.workers;
+    std::atomic<int> stopped{0};
+    std::vector<std::thread> streams;
+    for (int r = 0; r < nranks_; ++r) {
+      if (!launched.empty() && !launched[static_cast<size_t>(r)]) continue;
+      streams.emplace_back([&, r] {
+        for (const auto& image : comms_[static_cast<size_t>(r)].images) {
+          const auto* plan = reinterpret_cast<const DevicePlan*>(image.data());
+          uint32_t lanes = 0;
+          for (const DevicePlan* p = plan; p; p = p->next) lanes = std::max(lanes, p->laneCount);
+          std::vector<std::unique_ptr<HostBlockGroup>> groups;
+          std::vector<std::thread> threads;
+          for (uint32_t lane = 0; lane < lanes; ++lane) {
+            groups.push_back(std::make_unique<HostBlockGroup>(workers));
+            HostBlockGroup* group = groups.back().get();
+            for (size_t w = 0; w < workers; ++w)
+              threads.emplace_back([=, &stopped] {
+                HostBlock block{group, w, workers};
+                if (!run(plan, lane, block)) stopped.fetch_add(1);
+              });
+          }
+          for (auto& t : threads) t.join();
+          if (comms_[static_cast<size_t>(r)].status != kPlanRunning) break;  // a stopped launch ends the stream
+        }
+      });
+    }
+    for (auto& t : streams) t.join();
     if (stopped.load() > 0) return std::to_string(stopped.load()) + " workers stopped early";
-    for (int r = 0; r < n; ++r)
-      if (ranks_[static_cast<size_t>(r)].status != kPlanRunning) return "rank " + std::to_string(r) + " status is aborted";
-    return check();
+    for (int r = 0; r < nranks_; ++r)
+      if (comms_[static_cast<size_t>(r)].status != kPlanRunning) return "rank " + std::to_string(r) + " status is aborted";
+    for (size_t k = 0; k < calls_.size(); ++k)
+      if (std::string wrong = check(k); !wrong.empty())
+        return calls_.size() > 1 ? "call " + std::to_string(k) + ": " + wrong : wrong;
+    return {};
   }
 
-  const RankState& rank(int r) const { return ranks_[static_cast<size_t>(r)]; }
+  uint64_t status(int r) const { return comms_[static_cast<size_t>(r)].status; }
+  // Calls that ran chained after another in the same launch, over every rank and launch() so far.
+  size_t fusedCalls() const { return fusedCalls_; }
 
  private:
-  void allocate(int r, RankState& s) {
-    const algo::Plan& plan = *c_.plan;
+  void allocate(const Case& c, int r, RankState& s) {
+    const algo::Plan& plan = *c.plan;
     const size_t elem = ref_.size();
-    s.inputElements = algo::inputBlocks(plan.collective, plan.nranks, r, plan.root) * c_.count;
-    s.outputElements = algo::outputBlocks(plan.collective, plan.nranks, r, plan.root) * c_.count;
+    s.inputElements = algo::inputBlocks(plan.collective, plan.nranks, r, plan.root) * c.count;
+    s.outputElements = algo::outputBlocks(plan.collective, plan.nranks, r, plan.root) * c.count;
     const size_t shift = elem * (1 + rng_() % 3) % 16;  // element-aligned, not 16-aligned: packs get heads and tails
     const auto sized = [&](size_t bytes) { return (bytes + shift + sizeof(Pack16) - 1) / sizeof(Pack16) + 1; };
     const algo::InPlaceAlias alias = algo::inPlaceAlias(plan.collective, plan.nranks, r, plan.root);
-    if (c_.inPlace && alias.blocks > 0) {
-      const size_t inOffset = alias.outputBlock >= alias.inputBlock ? (alias.outputBlock - alias.inputBlock) * c_.count : 0;
-      const size_t outOffset = alias.inputBlock > alias.outputBlock ? (alias.inputBlock - alias.outputBlock) * c_.count : 0;
+    if (c.inPlace && alias.blocks > 0) {
+      const size_t inOffset = alias.outputBlock >= alias.inputBlock ? (alias.outputBlock - alias.inputBlock) * c.count : 0;
+      const size_t outOffset = alias.inputBlock > alias.outputBlock ? (alias.inputBlock - alias.outputBlock) * c.count : 0;
       s.store.assign(sized(std::max(inOffset + s.inputElements, outOffset + s.outputElements) * elem), Pack16{});
       s.input = bytesOf(s.store) + shift + inOffset * elem;
       s.output = bytesOf(s.store) + shift + outOffset * elem;
@@ -254,44 +317,49 @@ class Harness {
     }
     // Poison the output: an element the plan never writes cannot pass by luck.
     for (size_t e = 0; e < s.outputElements; ++e)
-      if (!(c_.inPlace && alias.blocks > 0)) ref_.setBits(s.output, e, encode(ref_, 77));
-    s.scratch.assign((core::scratchBytes(plan, c_.count, elem) + sizeof(Pack16) - 1) / sizeof(Pack16), Pack16{});
+      if (!(c.inPlace && alias.blocks > 0)) ref_.setBits(s.output, e, encode(ref_, 77));
+    s.scratch.assign((core::scratchBytes(plan, c.count, elem) + sizeof(Pack16) - 1) / sizeof(Pack16), Pack16{});
   }
 
-  double input(int r, size_t e) const {
-    return decode(ref_, ref_.bitsAt(ranks_[static_cast<size_t>(r)].originalInput.data(), e));
+  double input(size_t k, int r, size_t e) const {
+    return decode(ref_, ref_.bitsAt(states_[k][static_cast<size_t>(r)].originalInput.data(), e));
   }
 
-  double expected(int r, size_t e) const {
-    const algo::Plan& plan = *c_.plan;
+  double expected(size_t k, int r, size_t e) const {
+    const Case& c = calls_[k];
+    const algo::Plan& plan = *c.plan;
     return topoccl::test::collectiveOutput(
-        plan.collective, plan.nranks, plan.root, c_.count, r, e, [&](int q, size_t i) { return input(q, i); },
-        [&](double a, double b) { return combine(c_.op, a, b); });
+        plan.collective, plan.nranks, plan.root, c.count, r, e, [&](int q, size_t i) { return input(k, q, i); },
+        [&](double a, double b) { return combine(c.op, a, b); });
   }
 
-  std::string check() const {
-    for (int r = 0; r < c_.plan->nranks; ++r) {
-      const RankState& s = ranks_[static_cast<size_t>(r)];
+  std::string check(size_t k) const {
+    const Case& c = calls_[k];
+    for (int r = 0; r < nranks_; ++r) {
+      const RankState& s = states_[k][static_cast<size_t>(r)];
       for (size_t e = 0; e < s.outputElements; ++e) {
         const double got = decode(ref_, ref_.bitsAt(s.output, e));
-        const double want = expected(r, e);
+        const double want = expected(k, r, e);
         if (!(got == want))
           return "rank " + std::to_string(r) + " output element " + std::to_string(e) + " of " +
                  std::to_string(s.outputElements) + ": got " + std::to_string(got) + ", want " + std::to_string(want);
       }
-      const bool aliased = c_.inPlace && algo::inPlaceAlias(c_.plan->collective, c_.plan->nranks, r, c_.plan->root).blocks > 0;
+      const bool aliased = c.inPlace && algo::inPlaceAlias(c.plan->collective, c.plan->nranks, r, c.plan->root).blocks > 0;
       if (!aliased && std::memcmp(s.originalInput.data(), s.input, s.originalInput.size()) != 0)
         return "rank " + std::to_string(r) + ": the input buffer was modified";
     }
     return {};
   }
 
-  Case c_;
+  std::vector<Case> calls_;
   ReferenceType ref_;
   HostFabric fabric_;
   TestRng rng_;
-  std::vector<RankState> ranks_;
-  uint64_t launches_ = 0;
+  int nranks_;
+  std::vector<std::vector<RankState>> states_;  // [call][rank]
+  std::vector<RankComm> comms_;
+  uint64_t launchBases_ = 0;
+  size_t fusedCalls_ = 0;
 };
 
 // Small slots, so that even small counts cut into many rounds; exactly as many as the plan needs, so the FIFOs
@@ -364,6 +432,94 @@ TEST_CASE("device interpreter: every built-in plan on 2-5 ranks, both protocols,
   CHECK(cases > 400);
 }
 
+TEST_CASE("device interpreter: calls of a group chained into one launch each give their own result") {
+  const uint64_t seed = testSeed();
+  INFO("seed " << seed);
+  TestRng rng(seed);
+  const DataType types[] = {DataType::Float32, DataType::Int32, DataType::Float16, DataType::Bfloat16, DataType::Float64};
+  const ReduceOp ops[] = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min};
+  const size_t counts[] = {0, 1, 2, 31, 257, 1031};
+  size_t fused = 0, groups = 0, split = 0;
+  for (int nranks = 2; nranks <= 5; ++nranks) {
+    const std::vector<algo::Plan> plans = builtInPlans(nranks);
+    for (int group = 0; group < 6; ++group) {
+      // 2-5 calls of one type and operator, any collectives and algorithms, as a DDP bucket group or a
+      // ZeRO step issues them between ncclGroupStart and ncclGroupEnd.
+      const DataType type = types[rng() % std::size(types)];
+      const ReduceOp op = ops[rng() % std::size(ops)];
+      const size_t workers = 1 + rng() % 2;
+      std::vector<Case> calls;
+      DeviceFifoGeometry geometry;
+      geometry.slotCount = 1;
+      geometry.slotBytes = 256;
+      geometry.llWordsPerSlot = 32;
+      for (size_t k = 0, n = 2 + rng() % 4; k < n; ++k) {
+        Case c;
+        c.plan = &plans[rng() % plans.size()];
+        c.type = type;
+        c.op = op;
+        c.count = counts[rng() % std::size(counts)] + rng() % 3;
+        c.inPlace = c.plan->inPlace && (rng() % 2 == 0 || !c.plan->outOfPlace);
+        c.workers = workers;
+        geometry.slotCount = std::max<uint64_t>(geometry.slotCount, core::fifoSlotsNeeded(*c.plan));
+        calls.push_back(c);
+      }
+      Harness h(calls, geometry, rng());
+      for (DeviceProtocol p : {DeviceProtocol::Simple, DeviceProtocol::LowLatency}) {
+        std::string what;
+        for (const Case& c : calls) what += describe(c, p) + "; ";
+        INFO(what);
+        const size_t before = h.fusedCalls();
+        REQUIRE(h.launch(p) == "");
+        fused += h.fusedCalls() - before;
+        split += h.fusedCalls() - before < calls.size() * static_cast<size_t>(nranks) - static_cast<size_t>(nranks);
+        REQUIRE(h.launch(p, {}, nullptr, /*fuse=*/false) == "");  // the same calls as separate launches
+        ++groups;
+      }
+    }
+  }
+  // Most calls chain; some groups need a second launch (a connection another lane drove earlier).
+  CHECK(fused > groups);
+  CHECK(split > 0);
+}
+
+TEST_CASE("device lowering: a chain refuses a plan that drives a connection from another lane") {
+  std::vector<Pack16> in(64), out(64);
+  const core::PlanBuffers buffers{reinterpret_cast<const char*>(in.data()), reinterpret_cast<char*>(out.data()), nullptr, 16, 4};
+  DeviceFifoCounters a{}, b{};
+  // Two ring lanes: lane 0 on connection `a`, lane 1 on `b`; the same plan again chains, swapped lanes do not.
+  const algo::Plan ring = algo::makePlan(algo::Algorithm::Ring, algo::Collective::AllGather, 2, 0, 2);
+  const auto lower = [&](bool swapped) {
+    return core::lowerPlan(
+        ring, 0, buffers,
+        [&](int, int channel, bool) { return DeviceFifo{(channel == 0) != swapped ? &a : &b, nullptr, nullptr, 8}; },
+        DeviceProtocol::Simple, DeviceFifoGeometry{});
+  };
+  const core::LoweredPlan straight = lower(false), swapped = lower(true);
+  REQUIRE(straight.lanes.size() == 2);
+  core::ChainedConnections chain;
+  CHECK(chain.admit(straight));
+  CHECK(chain.admit(straight));
+  CHECK_FALSE(chain.admit(swapped));
+  CHECK(chain.admit(straight));  // a refusal recorded nothing
+  core::ChainedConnections fresh;
+  CHECK(fresh.admit(swapped));
+}
+
+TEST_CASE("device lowering: a call joins a launch only with buffers independent of the earlier calls'") {
+  std::vector<char> memory(1000);
+  const auto at = [&](size_t offset) { return memory.data() + offset; };
+  // The earlier call reads [0, 100) and writes [100, 200).
+  const std::vector<core::CallFootprint> earlier{{at(0), 100, at(100), 100}};
+  CHECK(core::independentOf({at(0), 100, at(200), 100}, earlier));    // reads what it reads: fine
+  CHECK(core::independentOf({at(300), 50, at(200), 100}, earlier));   // adjacent, not overlapping
+  CHECK_FALSE(core::independentOf({at(150), 10, at(400), 10}, earlier));  // reads what it writes
+  CHECK_FALSE(core::independentOf({at(400), 10, at(99), 1}, earlier));    // writes what it reads
+  CHECK_FALSE(core::independentOf({at(400), 10, at(199), 2}, earlier));   // writes what it writes
+  CHECK(core::independentOf({at(150), 0, at(150), 0}, earlier));      // a zero-count call touches nothing
+  CHECK_FALSE(core::independentOf({at(500), 10, at(600), 10}, {{at(0), 1, at(2), 1}, {at(605), 1, at(700), 1}}));
+}
+
 TEST_CASE("device interpreter: hierarchical all-reduce over 2 hosts x 2 ranks, 2 channels") {
   const uint64_t seed = testSeed();
   INFO("seed " << seed);
@@ -419,8 +575,8 @@ TEST_CASE("device interpreter: a rank whose peer never launches stops on abort, 
     aborter.join();
     INFO(result);
     CHECK(result.find("stopped early") != std::string::npos);
-    CHECK(h.rank(0).status == kPlanAborted);
-    CHECK(h.rank(1).status == kPlanAborted);
+    CHECK(h.status(0) == kPlanAborted);
+    CHECK(h.status(1) == kPlanAborted);
     CHECK(elapsed < std::chrono::seconds(20));
   }
 }

@@ -11,8 +11,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -30,6 +32,12 @@ namespace {
 float inputValue(int rank, size_t i) { return static_cast<float>(static_cast<int>((rank * 131 + i * 7) % 7) - 3); }
 
 uint64_t gSeed = 0;  // drawn in main before the ranks start (forked children inherit it)
+bool gRanksAreThreads = false;  // set in main for each run, before the ranks start
+// TOPOCCL_TEST_TRACE=1: every rank prints each call before it issues it, so a hang shows where each rank is.
+void trace(int rank, const std::string& what) {
+  static const bool on = std::getenv("TOPOCCL_TEST_TRACE") != nullptr;
+  if (on) std::printf("trace: rank %d: %s\n", rank, what.c_str());
+}
 
 // A random float that floats hold exactly, from (seed, rank, tag, index).
 float randomValue(int rank, int tag, size_t i) {
@@ -59,6 +67,171 @@ ncclResult_t issue(const Call& call, const void* send, void* recv, size_t count,
     case Collective::Scatter: return ncclScatter(send, recv, count, ncclFloat, call.root, comm, stream);
   }
   return ncclInvalidArgument;
+}
+
+// A group, as DDP's gradient buckets or ZeRO's shards issue it: independent calls of several collectives, sizes,
+// types and operators between ncclGroupStart and ncclGroupEnd, fresh random inputs. The GPU path runs
+// consecutive calls of one type and kernel operator as one launch (TOPOCCL_GPU_FUSE_GROUPS; NCCL_DEBUG=INFO
+// NCCL_DEBUG_SUBSYS=COLL logs each fused launch); a call of another type or operator starts a new one.
+int groupedChecks(int rank, int n, ncclComm_t comm, cudaStream_t stream) {
+  int failures = 0;
+  auto fail = [&](const std::string& what) {
+    std::printf("FAILED: rank %d: grouped %s\n", rank, what.c_str());
+    ++failures;
+  };
+  struct Grouped {
+    Collective collective;
+    const char* name;
+    int root;
+    size_t count;
+    ncclDataType_t type;  // ncclFloat or ncclInt32
+    ncclRedOp_t op;       // ncclSum or ncclMax
+    bool inPlace;
+    void* send = nullptr;
+    void* recv = nullptr;
+    size_t in = 0, out = 0;
+  };
+  std::vector<Grouped> calls = {
+      {Collective::AllReduce, "allreduce", 0, 1, ncclFloat, ncclSum, false},
+      {Collective::AllReduce, "allreduce", 0, 4099, ncclFloat, ncclSum, false},
+      {Collective::AllReduce, "allreduce", 0, (1 << 20) + 3, ncclFloat, ncclSum, false},
+      {Collective::AllGather, "allgather", 0, 4099, ncclFloat, ncclSum, false},
+      {Collective::ReduceScatter, "reducescatter", 0, 1031, ncclFloat, ncclSum, false},
+      {Collective::Broadcast, "broadcast", n - 1, 777, ncclFloat, ncclSum, false},
+      {Collective::AllReduce, "allreduce in place", 0, 12345, ncclFloat, ncclSum, true},
+      {Collective::AllReduce, "allreduce max", 0, 2053, ncclFloat, ncclMax, false},
+      {Collective::AllReduce, "allreduce int32", 0, 3001, ncclInt32, ncclSum, false},
+      {Collective::ReduceScatter, "reducescatter int32", 0, 65537, ncclInt32, ncclSum, false},
+      {Collective::AllToAll, "alltoall", 0, 513, ncclFloat, ncclSum, false},
+  };
+  const auto value = [](int q, int tag, size_t i) { return randomValue(q, 100 + tag, i); };
+  for (size_t k = 0; k < calls.size(); ++k) {
+    Grouped& c = calls[k];
+    c.in = topoccl::algo::inputBlocks(c.collective, n, rank, c.root) * c.count;
+    c.out = topoccl::algo::outputBlocks(c.collective, n, rank, c.root) * c.count;
+    if (ncclMemAlloc(&c.recv, (c.out + 1) * 4) != ncclSuccess) return fail("ncclMemAlloc"), failures;
+    cudaMemset(c.recv, 0xff, (c.out + 1) * 4);
+    if (c.inPlace) c.send = c.recv;  // all-reduce in place: input and output are one buffer
+    else if (ncclMemAlloc(&c.send, (c.in + 1) * 4) != ncclSuccess) return fail("ncclMemAlloc"), failures;
+    std::vector<unsigned char> host(c.in * 4);
+    for (size_t i = 0; i < c.in; ++i) {
+      const float f = value(rank, static_cast<int>(k), i);
+      const int32_t v = static_cast<int32_t>(f);
+      std::memcpy(host.data() + i * 4, c.type == ncclFloat ? static_cast<const void*>(&f) : &v, 4);
+    }
+    cudaMemcpy(c.send, host.data(), c.in * 4, cudaMemcpyHostToDevice);
+  }
+  cudaStreamSynchronize(cudaStreamLegacy);
+  trace(rank, "a group of " + std::to_string(calls.size()) + " collectives");
+  ncclGroupStart();
+  ncclResult_t r = ncclSuccess;
+  for (const Grouped& c : calls) {
+    if (r != ncclSuccess) break;
+    switch (c.collective) {
+      case Collective::AllReduce: r = ncclAllReduce(c.send, c.recv, c.count, c.type, c.op, comm, stream); break;
+      case Collective::AllGather: r = ncclAllGather(c.send, c.recv, c.count, c.type, comm, stream); break;
+      case Collective::ReduceScatter: r = ncclReduceScatter(c.send, c.recv, c.count, c.type, c.op, comm, stream); break;
+      case Collective::Broadcast: r = ncclBroadcast(c.send, c.recv, c.count, c.type, c.root, comm, stream); break;
+      case Collective::AllToAll: r = ncclAlltoAll(c.send, c.recv, c.count, c.type, comm, stream); break;
+      default: break;
+    }
+  }
+  const ncclResult_t ended = ncclGroupEnd();
+  if (r != ncclSuccess || ended != ncclSuccess) fail(std::string("group: ") + ncclGetLastError(comm));
+  if (cudaStreamSynchronize(stream) != cudaSuccess) fail("group: stream");
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const Grouped& c = calls[k];
+    std::vector<unsigned char> got(c.out * 4);
+    cudaMemcpy(got.data(), c.recv, c.out * 4, cudaMemcpyDeviceToHost);
+    for (size_t e = 0; e < c.out; ++e) {
+      // Integers of up to 1e6 in magnitude: every sum over 4 ranks is exact in float, int32 and double.
+      const double want = topoccl::test::collectiveOutput(
+          c.collective, n, c.root, c.count, rank, e,
+          [&](int q, size_t i) { return static_cast<double>(value(q, static_cast<int>(k), i)); },
+          [&](double a, double b) { return c.op == ncclMax ? std::max(a, b) : a + b; });
+      double have;
+      if (c.type == ncclFloat) {
+        float v;
+        std::memcpy(&v, got.data() + e * 4, 4);
+        have = v;
+      } else {
+        int32_t v;
+        std::memcpy(&v, got.data() + e * 4, 4);
+        have = v;
+      }
+      if (have != want) {
+        fail(std::string(c.name) + " of " + std::to_string(c.count) + " (call " + std::to_string(k) + "): element " +
+             std::to_string(e) + " is " + std::to_string(have) + ", want " + std::to_string(want));
+        break;
+      }
+    }
+  }
+  for (Grouped& c : calls) {
+    if (!c.inPlace) ncclMemFree(c.send);
+    ncclMemFree(c.recv);
+  }
+  trace(rank, "the group's results checked");
+  return failures;
+}
+
+// What fusing a group buys (run "fusion"): groups of 16 all-reduces of distinct buffers, as DDP's buckets
+// issue them, timed per group with the fusion on and off (TOPOCCL_GPU_FUSE_GROUPS from the run's
+// environment); the last group's results are checked.
+int groupTiming(int rank, int n, ncclComm_t comm) {
+  int failures = 0;
+  cudaSetDevice(0);
+  cudaStream_t stream = nullptr;
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  const char* fuse = std::getenv("TOPOCCL_GPU_FUSE_GROUPS");
+  constexpr int kCalls = 16;
+  for (size_t count : {size_t{256}, size_t{16384}}) {
+    std::vector<void*> send(kCalls), recv(kCalls);
+    for (int k = 0; k < kCalls; ++k) {
+      ncclMemAlloc(&send[k], count * 4);
+      ncclMemAlloc(&recv[k], count * 4);
+      std::vector<float> host(count);
+      for (size_t i = 0; i < count; ++i) host[i] = randomValue(rank, 200 + k, i);
+      cudaMemcpy(send[k], host.data(), count * 4, cudaMemcpyHostToDevice);
+    }
+    cudaStreamSynchronize(cudaStreamLegacy);
+    const auto group = [&] {
+      ncclGroupStart();
+      for (int k = 0; k < kCalls; ++k) ncclAllReduce(send[k], recv[k], count, ncclFloat, ncclSum, comm, stream);
+      return ncclGroupEnd();
+    };
+    for (int w = 0; w < 20; ++w) group();
+    cudaStreamSynchronize(stream);
+    const int iterations = 200;
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < iterations; ++i)
+      if (group() != ncclSuccess) {
+        std::printf("FAILED: rank %d: group of all-reduces: %s\n", rank, ncclGetLastError(comm));
+        ++failures;
+        break;
+      }
+    cudaStreamSynchronize(stream);
+    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / iterations;
+    if (rank == 0)
+      std::printf("group of %d all-reduces of %zu floats, %d ranks, TOPOCCL_GPU_FUSE_GROUPS=%s: %.1f us per group\n", kCalls, count, n,
+                  fuse ? fuse : "(default)", us);
+    for (int k = 0; k < kCalls; ++k) {
+      std::vector<float> got(count);
+      cudaMemcpy(got.data(), recv[k], count * 4, cudaMemcpyDeviceToHost);
+      for (size_t i = 0; i < count; ++i) {
+        double want = 0;
+        for (int q = 0; q < n; ++q) want += randomValue(q, 200 + k, i);
+        if (got[i] != want) {
+          std::printf("FAILED: rank %d: grouped all-reduce %d of %zu: element %zu is %f, want %f\n", rank, k, count, i, got[i], want);
+          ++failures;
+          break;
+        }
+      }
+      ncclMemFree(send[k]);
+      ncclMemFree(recv[k]);
+    }
+  }
+  cudaStreamDestroy(stream);
+  return failures;
 }
 
 int checkAll(int rank, int n, ncclComm_t comm) {
@@ -97,6 +270,7 @@ int checkAll(int rank, int n, ncclComm_t comm) {
       // The fills ran on the legacy stream, which the rank's non-blocking stream does not wait for.
       cudaStreamSynchronize(cudaStreamLegacy);
       // Twice back to back on the stream, then one synchronize: the calls return before the GPU is done.
+      trace(rank, std::string(call.name) + " of " + std::to_string(count) + ", twice");
       ncclResult_t r = issue(call, send, recv, count, comm, stream);
       if (r == ncclSuccess) r = issue(call, send, recv, count, comm, stream);
       if (r != ncclSuccess) fail(std::string(call.name) + ": " + ncclGetErrorString(r) + ": " + ncclGetLastError(comm));
@@ -148,6 +322,7 @@ int checkAll(int rank, int n, ncclComm_t comm) {
       cudaMemcpy(send, c.type == ncclFloat ? static_cast<const void*>(floats.data()) : ints.data(), count * 4, cudaMemcpyHostToDevice);
       cudaMemset(recv, 0xff, count * 4);
       cudaStreamSynchronize(cudaStreamLegacy);
+      trace(rank, c.name);
       if (ncclAllReduce(send, recv, count, c.type, c.op, comm, stream) != ncclSuccess || cudaStreamSynchronize(stream) != cudaSuccess) {
         fail(std::string(c.name) + ": " + ncclGetLastError(comm));
         continue;
@@ -193,6 +368,7 @@ int checkAll(int rank, int n, ncclComm_t comm) {
     for (size_t i = 0; i < count; ++i) host[i] = inputValue(rank, i);
     cudaMemcpy(buffer, host.data(), count * 4, cudaMemcpyHostToDevice);
     cudaStreamSynchronize(cudaStreamLegacy);
+    trace(rank, "in-place allreduce");
     if (ncclAllReduce(buffer, buffer, count, ncclFloat, ncclSum, comm, stream) != ncclSuccess) fail("in-place allreduce");
     cudaStreamSynchronize(stream);
     cudaMemcpy(host.data(), buffer, count * 4, cudaMemcpyDeviceToHost);
@@ -206,6 +382,7 @@ int checkAll(int rank, int n, ncclComm_t comm) {
     }
     ncclMemFree(buffer);
   }
+  failures += groupedChecks(rank, n, comm, stream);
   cudaStreamDestroy(stream);
   return failures;
 }
@@ -262,8 +439,10 @@ int pointToPointChecks(int rank, int n, ncclComm_t comm) {
   }
   // PyTorch's pattern (its batch_isend_irecv hung on 2026-11-26): no stream synchronize; the legacy stream waits
   // for ours through an event, and a pageable copy to the host on it blocks this thread until the staged call
-  // is done, while the progress engine must still finish it.
-  {
+  // is done, while the progress engine must still finish it. Ranks that are processes only: threads share one
+  // legacy stream, so a peer's next legacy-stream copy would queue behind this rank's wait for that peer (a
+  // deadlock NCCL has too; on the H100 it ended in timeouts and stale outputs).
+  if (!gRanksAreThreads) {
     const size_t count = 4099;
     void* send = deviceFilled(rank, 6, count);
     void* recv = deviceFilled(-1, 0, count);
@@ -377,7 +556,8 @@ int peerNeverCalls(int rank, int n, ncclComm_t comm) {
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a run killed by a timeout still shows how far it got
-  // Optional: "processes", "threads", "p2p" or "staged" runs that group alone (the watchdog check runs with "threads").
+  // Optional: "processes", "threads", "p2p", "staged" or "fusion" (timing only, never by default) runs that group
+  // alone (the watchdog check runs with "threads").
   const std::string only = argc > 1 ? argv[1] : "";
   // No CUDA call before the forks: a child cannot use a CUDA context its parent created.
   if (access("/dev/nvidiactl", F_OK) != 0) {
@@ -418,8 +598,14 @@ int main(int argc, char** argv) {
                     RankMode::Threads, n, checkAll, staged, 600});
   runs.push_back({"staged", "staged, a peer that never calls", RankMode::Threads, 3, peerNeverCalls,
                   {{"TOPOCCL_TIMEOUT_MS", "3000"}, {"TOPOCCL_GPU_STAGED", "always"}}, 120});
+  for (int n : {2, 4})
+    for (const char* fuse : {"1", "0"})
+      runs.push_back({"fusion", "group timing, threads, " + std::to_string(n) + " ranks, TOPOCCL_GPU_FUSE_GROUPS=" + fuse,
+                      RankMode::Threads, n, groupTiming, {{"TOPOCCL_TIMEOUT_MS", "30000"}, {"TOPOCCL_GPU_FUSE_GROUPS", fuse}}, 120});
   for (const Run& run : runs) {
+    if (only.empty() && run.group == "fusion") continue;  // timing: run on request only
     if (!only.empty() && only != run.group) continue;
+    gRanksAreThreads = run.mode == RankMode::Threads;
     const auto result = topoccl::test::runRanks(run.mode, run.nranks, run.body, run.env, run.timeoutSeconds);
     std::printf("%s: %d failures %s\n", run.label.c_str(), result.failures, result.problems.c_str());
     failures += result.failures;

@@ -1,5 +1,6 @@
-// The GPU plan executor: one kernel launch per collective, one thread block per lane, each running the lane
-// loop of plan_interpreter.hpp with a worker per thread, the same code the host tests run on std::threads.
+// The GPU plan executor: one kernel launch per collective or fused group of collectives (a chain of plans),
+// one thread block per lane, each running the lane loop of plan_interpreter.hpp with a worker per thread, the
+// same code the host tests run on std::threads.
 // One kernel per (type, op) for reducing plans, one byte-typed kernel for plans that only move data.
 #include <algorithm>
 #include <array>
@@ -26,7 +27,7 @@ struct CudaBlock {
 template <class T, class Op>
 __global__ void __launch_bounds__(kPlanThreadsPerLane, 1) planKernel(const DevicePlan* plan) {
   CudaBlock block;
-  LaneInterpreter<T, Op, CudaBlock>(*plan, blockIdx.x, block).run();
+  runPlanChain<T, Op, CudaBlock>(plan, blockIdx.x, block);
 }
 
 using PlanLaunchFn = cudaError_t (*)(const DevicePlan*, uint32_t, unsigned, cudaStream_t);
