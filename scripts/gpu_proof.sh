@@ -6,7 +6,8 @@
 # (PROOF_SECONDS, default 330); steps that would start past it are skipped and say so. Logs go to $OUT (the
 # device tool's folder; at most 8 files come back) or .gpu/out. Usage, from the repository root there:
 #   bash .gpu/gpu_proof.sh [steps...]     steps: info p2p staged kernels bandwidth plans coll-threads torch
-#                                                coll-processes fusion torch-bench perf lanes proto wide tune
+#                                                coll-processes fusion torch-bench perf lanes stall proto wide
+#                                                tune
 #                                                (default: all, in order)
 set -uo pipefail
 cd "$(dirname "$0")"
@@ -108,6 +109,17 @@ if want lanes; then
     for v in "TOPOCCL_GPU_NCHANNELS=0" "TOPOCCL_GPU_NCHANNELS=8"; do
       step "all_reduce_perf -g $n, $v" 45 "$OUT/perf.log" env "$v" TOPOCCL_TIMEOUT_MS=20000 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT \
         bin/all_reduce_perf --gpu -g "$n" -b 1M -e 256M -f 2 -n 10 -w 3 -c 1
+    done
+  done
+fi
+if want stall; then
+  # The rare 4-thread-rank stall (perf/RESULTS.md, session 27). Suspect: independent threads enqueue a rank's next
+  # launch ahead of a peer's current one on a shared hardware queue (CUDA_DEVICE_MAX_CONNECTIONS, 8 by default),
+  # where it waits for its own predecessor and blocks the peer's. If so, 1 connection stalls often, 32 rarely.
+  for c in 1 32; do
+    for i in 1 2 3 4; do
+      step "stall check, CUDA_DEVICE_MAX_CONNECTIONS=$c, run $i" 40 "$OUT/stall-$c.log" env CUDA_DEVICE_MAX_CONNECTIONS=$c \
+        TOPOCCL_TEST_TRACE=1 TOPOCCL_TIMEOUT_MS=10000 bin/test_gpu_collectives threads
     done
   done
 fi
