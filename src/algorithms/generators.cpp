@@ -426,24 +426,31 @@ std::vector<int> peersOf(int r, int n) {
   return peers;
 }
 
-void directAllToAll(PlanBuilder& b, int n, bool staged, Placement placement) {
+// Block q of every rank goes to rank q, cut into one chunk per channel, each on its own lane (a GPU moves a
+// block's bytes with as many thread blocks as there are lanes); the rank's own block is copied chunk by chunk.
+void directAllToAll(PlanBuilder& b, int n, int nchannels, bool staged, Placement placement) {
+  const auto channels = static_cast<uint32_t>(nchannels);
   for (int r = 0; r < n; ++r) {
     for (int q : peersOf(r, n)) {
-      const auto block = static_cast<uint32_t>(q);
-      const uint16_t lane = b.addLane(r, q, q);
-      b.add(r, lane, send(input(block)));
-      if (staged) {
-        // In place, output block q is the input block q being sent; land in scratch until it is taken.
-        b.add(r, lane, recv(scratch(block)));
-        b.add(r, lane, copy(scratch(block), output(block)));
-        b.useScratch(static_cast<uint32_t>(n));
-      } else {
-        b.add(r, lane, recv(output(block)));
+      for (uint32_t ch = 0; ch < channels; ++ch) {
+        const uint32_t chunk = static_cast<uint32_t>(q) * channels + ch;
+        const uint16_t lane = b.addLane(r, q, q, static_cast<int>(ch));
+        b.add(r, lane, send(input(chunk)));
+        if (staged) {
+          // In place, output chunk q is the input chunk q being sent; land in scratch until it is taken.
+          b.add(r, lane, recv(scratch(chunk)));
+          b.add(r, lane, copy(scratch(chunk), output(chunk)));
+          b.useScratch(static_cast<uint32_t>(n) * channels);
+        } else {
+          b.add(r, lane, recv(output(chunk)));
+        }
       }
     }
     if (placement != Placement::InPlace) {
-      const uint16_t lane = b.addLane(r, -1, -1);
-      b.add(r, lane, copy(input(static_cast<uint32_t>(r)), output(static_cast<uint32_t>(r))));
+      for (uint32_t ch = 0; ch < channels; ++ch) {
+        const uint32_t chunk = static_cast<uint32_t>(r) * channels + ch;
+        b.add(r, b.addLane(r, -1, -1, static_cast<int>(ch)), copy(input(chunk), output(chunk)));
+      }
     }
   }
 }
@@ -632,14 +639,15 @@ Plan treePlan(Collective c, int nranks, int root, int nchannels, Placement place
 Plan directPlan(Collective c, int nranks, int root, int nchannels, Placement placement) {
   checkArguments(Algorithm::Direct, c, nranks, root, nchannels);
   if (nranks == 1) return singleRankPlan(Algorithm::Direct, c, placement);
-  PlanBuilder b(Algorithm::Direct, c, nranks, root, 1);
   const bool keepsOwnCopy = placement != Placement::InPlace;
+  if (c == Collective::AllToAll) {
+    PlanBuilder b(Algorithm::Direct, c, nranks, root, static_cast<uint32_t>(nchannels));
+    const bool staged = placement != Placement::OutOfPlace;
+    directAllToAll(b, nranks, nchannels, staged, placement);
+    return b.finish(staged, keepsOwnCopy);
+  }
+  PlanBuilder b(Algorithm::Direct, c, nranks, root, 1);
   switch (c) {
-    case Collective::AllToAll: {
-      const bool staged = placement != Placement::OutOfPlace;
-      directAllToAll(b, nranks, staged, placement);
-      return b.finish(staged, keepsOwnCopy);
-    }
     case Collective::Gather: directGather(b, nranks, root, placement); break;
     case Collective::Scatter: directScatter(b, nranks, root, placement); break;
     case Collective::AllGather: directAllGather(b, nranks, placement); break;

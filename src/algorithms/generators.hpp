@@ -11,7 +11,8 @@
 //                      recursive_doubling. OpenMPI's choice at 1-4 MiB; here 1.5x the ring over TCP.
 //   tree               binomial-tree Broadcast and Reduce (log2 n hops, for small messages).
 //   direct             AllToAll, Gather, Scatter, AllGather, ReduceScatter: every pair talks directly.
-// Only ring uses nchannels; the others are latency-oriented and run on one channel.
+// Ring and direct all-to-all use nchannels (a lane per channel, or per peer and channel); the others are
+// latency-oriented and run on one channel.
 // Arguments out of range (nranks < 1, a root outside the ranks, nchannels outside 1..kMaxChannels,
 // a collective the algorithm does not implement) throw topoccl::Error(ncclInvalidArgument).
 #pragma once

@@ -935,15 +935,20 @@ void Communicator::enqueueGroupOnGpu(const char* function, const std::vector<Col
   batch.reserve(calls.size());
   for (const CollectiveArgs& args : calls) {
     SelectedPlan selected = selectPlan(args);
-    // Large calls: a ring over many lanes, since a GPU needs many thread blocks to move bytes at its rate
-    // (a plan file still wins). Every rank decides alike: the same call size and parameters.
+    // Large calls get many lanes, since a GPU needs many thread blocks to move bytes at its rate: a ring where
+    // it supports the collective, all-to-all direct with a channel per `nranks` lanes to every peer (a plan
+    // file still wins). Every rank decides alike: the same call size and parameters.
     const int lanes = gpuFixedLanes_ ? gpuChannels_ : gpuRingLanes(selected.callBytes, nranks_, gpuChannels_);
-    if (!selected.fromFile && lanes > 1 && nranks_ > 1 && algo::algorithmSupports(algo::Algorithm::Ring, args.collective) &&
-        selected.callBytes >= static_cast<size_t>(std::max<int64_t>(0, params::kGpuRingBytes.get()))) {
-      auto& slot = gpuRingPlans_[{static_cast<int>(args.collective), args.root, static_cast<int>(selected.placement), lanes}];
+    const bool wide = !selected.fromFile && nranks_ > 1 &&
+                      selected.callBytes >= static_cast<size_t>(std::max<int64_t>(0, params::kGpuRingBytes.get()));
+    const bool ring = wide && lanes > 1 && algo::algorithmSupports(algo::Algorithm::Ring, args.collective);
+    const bool direct = wide && args.collective == algo::Collective::AllToAll && lanes / nranks_ > 1;
+    if (ring || direct) {
+      const int channels = ring ? lanes : lanes / nranks_;
+      auto& slot = gpuRingPlans_[{static_cast<int>(args.collective), args.root, static_cast<int>(selected.placement), channels}];
       if (!slot) {
-        slot = std::make_unique<algo::Plan>(
-            algo::makePlan(algo::Algorithm::Ring, args.collective, nranks_, args.root, lanes, selected.placement));
+        slot = std::make_unique<algo::Plan>(algo::makePlan(ring ? algo::Algorithm::Ring : algo::Algorithm::Direct, args.collective,
+                                                           nranks_, args.root, channels, selected.placement));
         algo::validateOrThrow(*slot);
       }
       selected.plan = slot.get();

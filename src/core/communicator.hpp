@@ -229,7 +229,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::map<std::pair<int, int>, std::unique_ptr<transport::Connection>> connections_;
   std::set<transport::Transport*> usedTransports_;
   std::map<std::tuple<int, int, int, int>, std::unique_ptr<algo::Plan>> plans_;  // algorithm, collective, root, placement
-  // The GPU path's many-lane rings, by collective, root, placement and lanes.
+  // The GPU path's many-lane plans (rings; direct all-to-all), by collective, root, placement and channels.
   std::map<std::tuple<int, int, int, int>, std::unique_ptr<algo::Plan>> gpuRingPlans_;
   int gpuChannels_ = 1;         // the GPU rings' lanes: fixed (TOPOCCL_GPU_NCHANNELS), or the most by call size
   bool gpuFixedLanes_ = false;

@@ -225,6 +225,19 @@ TEST_CASE("plan shapes: chunks per block, lanes and channels") {
   CHECK(gather.outputChunks == 10);
   CHECK(gather.inputChunks == 2);
 
+  // Direct all-to-all: a lane per peer and channel, each moving one chunk of the block, plus a copy lane per channel.
+  const Plan alltoall = directPlan(Collective::AllToAll, 3, 0, 2, Placement::OutOfPlace);
+  CHECK(alltoall.chunksPerBlock == 2);
+  CHECK(alltoall.outputChunks == 6);
+  for (const auto& rank : alltoall.ranks) {
+    REQUIRE(rank.lanes.size() == 2 * 2 + 2);
+    for (const auto& lane : rank.lanes) CHECK(lane.steps.size() == (lane.sendPeer >= 0 ? 2u : 1u));
+  }
+  CHECK(alltoall.ranks[0].lanes[0].sendPeer == 1);
+  CHECK(alltoall.ranks[0].lanes[1].sendPeer == 1);
+  CHECK(alltoall.ranks[0].lanes[1].channel == 1);
+  CHECK(directPlan(Collective::AllToAll, 3, 0, 1).ranks[0].lanes.size() == 3);  // one channel: as before
+
   const Plan rd = recursiveDoublingPlan(Collective::AllReduce, 8, 0, 1);
   CHECK(rd.ranks[0].lanes.size() == 3);  // log2(8) exchange rounds
   const Plan rd6 = recursiveDoublingPlan(Collective::AllReduce, 6, 0, 1);

@@ -391,7 +391,9 @@ std::vector<algo::Plan> builtInPlans(int nranks) {
     for (algo::Collective c : collectives) {
       if (!algo::algorithmSupports(a, c)) continue;
       const int root = nranks - 1;
-      plans.push_back(algo::makePlan(a, c, nranks, root, a == algo::Algorithm::Ring ? 2 : 1));
+      // Ring and direct all-to-all on 2 channels: the GPU path runs them over many lanes.
+      const bool channelled = a == algo::Algorithm::Ring || (a == algo::Algorithm::Direct && c == algo::Collective::AllToAll);
+      plans.push_back(algo::makePlan(a, c, nranks, root, channelled ? 2 : 1));
     }
   return plans;
 }
