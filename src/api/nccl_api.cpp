@@ -805,23 +805,24 @@ static void enqueueGroupedGpuCollectives(const std::vector<PendingGpuCollective>
     for (auto& e : errors)
       if (e) throw *e;
   }
-  // Each communicator's calls in order, a run per stream: the GPU path fuses consecutive calls into one launch.
-  std::vector<bool> done(pending.size(), false);
+  // One communicator (a rank per thread or process, PyTorch's case): its calls in order, a run per stream, which
+  // the GPU path fuses into as few launches as it can. Several (one thread driving several ranks, nccl-tests'
+  // -g): call by call, interleaved as issued, so that no rank's second launch is queued ahead of a peer's first,
+  // which it may wait for (CUDA feeds the streams of a process through a few hardware queues).
+  const bool oneCommunicator = std::all_of(pending.begin(), pending.end(), [&](const PendingGpuCollective& p) {
+    return p.comm == pending.front().comm;
+  });
+  if (!oneCommunicator) {
+    for (const PendingGpuCollective& p : pending) p.comm->impl->enqueueOnGpu(p.function, p.args, p.stream);
+    return;
+  }
+  std::vector<core::CollectiveArgs> run;
   for (size_t i = 0; i < pending.size(); ++i) {
-    if (done[i]) continue;
-    std::vector<core::CollectiveArgs> run;
-    cudaStream_t stream = pending[i].stream;
-    for (size_t j = i; j < pending.size(); ++j) {
-      if (done[j] || pending[j].comm != pending[i].comm) continue;
-      if (pending[j].stream != stream) {
-        if (!run.empty()) pending[i].comm->impl->enqueueGroupOnGpu(pending[i].function, run, stream);
-        run.clear();
-        stream = pending[j].stream;
-      }
-      run.push_back(pending[j].args);
-      done[j] = true;
+    run.push_back(pending[i].args);
+    if (i + 1 == pending.size() || pending[i + 1].stream != pending[i].stream) {
+      pending[i].comm->impl->enqueueGroupOnGpu(pending[i].function, run, pending[i].stream);
+      run.clear();
     }
-    pending[i].comm->impl->enqueueGroupOnGpu(pending[i].function, run, stream);
   }
 }
 
