@@ -327,6 +327,7 @@ class ShmConnection final : public Connection {
   ~ShmConnection() override {
     // Tell a peer that is still waiting on us, so it fails fast instead of waiting for our pid.
     if (in_.header != nullptr) {
+      publishTail();
       in_.header->receiverClosed.store(1, std::memory_order_release);
       ring(in_.header->senderBell);
     }
@@ -668,9 +669,9 @@ class ShmConnection final : public Connection {
 
   // Receiver: apply every slot that has arrived to the posted receives, in order.
   void receiveAvailable() {
-    const uint64_t tailBefore = inTail_;
+    const uint64_t tailBefore = inTailPublished_;
     receiveSlots();
-    if (inTail_ != tailBefore) ring(in_.header->senderBell);  // the sender may wait for room or for its buffer
+    if (inTailPublished_ != tailBefore) ring(in_.header->senderBell);  // the sender may wait for room or for its buffer
   }
 
   void receiveSlots() {
@@ -683,7 +684,10 @@ class ShmConnection final : public Connection {
         const size_t continuations = std::min(continuationSlotsFor(recv.bytes), in_.descriptorCount - 1);
         for (size_t i = 1; i <= continuations; ++i) __builtin_prefetch(&in_.slotDescriptor(inTail_ + i), 0, 3);
       }
-      if (!incomingSlotReady()) return;
+      if (!incomingSlotReady()) {
+        publishTail();  // caught up: whatever we hold back, the sender may need for its next message
+        return;
+      }
       const SlotDescriptor& slot = in_.slotDescriptor(inTail_);
       if (slot.messageBytes != recv.bytes) reportSizeMismatch(recv.bytes, slot.messageBytes);
       if (slot.kind == kTinyMessage) {
@@ -708,7 +712,7 @@ class ShmConnection final : public Connection {
           applyAt(recv, gathered, 0, recv.bytes);
           ++slotMessagesReceived_;
         }
-        releaseIncomingSlots(1 + continuations);
+        releaseIncomingSlots(1 + continuations, /*urgent=*/false);
         ++fifoMessagesReceived_;
         completeRecv();
       } else if (slot.kind == kInlineFragment) {
@@ -759,8 +763,19 @@ class ShmConnection final : public Connection {
     return in_.slotDescriptor(inTail_).sequence.load(std::memory_order_acquire) == inTail_ + 1;
   }
 
+  // Slots whose payload room or sender's buffer the sender waits for are released at once. Small messages' slots
+  // (their sends completed at publish) are released a quarter of the FIFO at a time, or when we catch up with the
+  // sender: each release is a store to a line the sender reads while it waits for room, and a fence, which would
+  // wait for that line once per message of a stream (perf/RESULTS.md, session 28). At most a quarter of the slots
+  // are held back, and none while we wait, so a sender that needs room always gets it.
   void releaseIncomingSlot() { releaseIncomingSlots(1); }
-  void releaseIncomingSlots(size_t count) { in_.header->tail.store(inTail_ += count, std::memory_order_release); }
+  void releaseIncomingSlots(size_t count, bool urgent = true) {
+    inTail_ += count;
+    if (urgent || inTail_ - inTailPublished_ >= std::max<size_t>(1, in_.descriptorCount / 4)) publishTail();
+  }
+  void publishTail() {
+    if (inTailPublished_ != inTail_) in_.header->tail.store(inTailPublished_ = inTail_, std::memory_order_release);
+  }
 
   void completeRecv() {
     recvs_.pop_front();
@@ -1050,7 +1065,8 @@ class ShmConnection final : public Connection {
   SegmentName inName_;
   SegmentView in_;
   bool inEstablished_ = false;
-  uint64_t inTail_ = 0;
+  uint64_t inTail_ = 0;           // the next slot we read
+  uint64_t inTailPublished_ = 0;  // what the sender sees: header->tail (releaseIncomingSlots)
   std::deque<PendingRecv> recvs_;
   Ticket recvsPosted_ = 0;
   Ticket recvsCompleted_ = 0;
