@@ -470,6 +470,43 @@ TEST_CASE("shm small messages span the descriptor slots after their own") {
   CHECK(leftoverSegments(hash).empty());
 }
 
+TEST_CASE("shm a small message that needs every slot follows ones whose slots the receiver holds back") {
+  // 8 slots: the receiver releases small messages' slots 2 at a time, or when it catches up. A 424 B message takes
+  // all 8 (its descriptor and 7 continuations), so it is published only once the receiver has handed back the slot
+  // of the 8 B message before it, which it does when it finds nothing newer.
+  SmallFifo settings(true, 8);
+  const uint64_t hash = freshCommHash();
+  const uint64_t seed = hash & 0xffff;
+  std::vector<size_t> sizes;
+  for (int round = 0; round < 50; ++round) sizes.insert(sizes.end(), {8, 424, 8, 8, 424});
+  const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
+    auto transport = makeShmTransport({hash, 0, 1, 2}, self);
+    auto connection = transport->connect(peer, 0);
+    std::vector<std::vector<unsigned char>> data;
+    Ticket last = 0;
+    for (size_t m = 0; m < sizes.size(); ++m) {
+      data.push_back(randomBytes(sizes[m], seed + m));
+      last = connection->postSend(data.back().data(), data.back().size());
+    }
+    pollUntil({connection.get()}, [&] { return connection->sendsCompleted() == last; }, 30s);
+  });
+  auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()));
+  auto connection = transport->connect(processPeer(1, child.pid), 0);
+  std::vector<std::vector<unsigned char>> sent;
+  std::vector<ExpectedMessage> expected;
+  for (size_t m = 0; m < sizes.size(); ++m) {
+    sent.push_back(randomBytes(sizes[m], seed + m));
+    expected.push_back({sent.back().data(), sent.back().size()});
+  }
+  for (size_t m = 0; m < sizes.size(); ++m) receiveAndCheck(*connection, {expected[m]}, false, 0);  // one at a time
+  const ShmConnectionStats stats = shmConnectionStats(*connection);
+  CHECK(stats.fifoMessagesReceived == sizes.size());
+  CHECK(stats.slotMessagesReceived == 100);  // the 424 B ones went in slots, not through the ring
+  CHECK(finishChild(child) == "");
+  connection.reset();
+  CHECK(leftoverSegments(hash).empty());
+}
+
 TEST_CASE("shm size mismatch fails the receiver and the sender, naming both sizes") {
   SmallFifo settings(false);
   const uint64_t hash = freshCommHash();
