@@ -6,7 +6,7 @@
 # (PROOF_SECONDS, default 330); steps that would start past it are skipped and say so. Logs go to $OUT (the
 # device tool's folder; at most 8 files come back) or .gpu/out. Usage, from the repository root there:
 #   bash .gpu/gpu_proof.sh [steps...]     steps: info p2p staged kernels bandwidth plans coll-threads torch
-#                                                coll-processes fusion torch-bench perf lanes stall proto wide
+#                                                coll-processes fusion torch-bench perf lanes stall proto alltoall wide
 #                                                tune
 #                                                (default: all, in order)
 set -uo pipefail
@@ -113,20 +113,32 @@ if want lanes; then
   done
 fi
 if want stall; then
-  # The rare 4-thread-rank stall (perf/RESULTS.md, session 27). Suspect: independent threads enqueue a rank's next
-  # launch ahead of a peer's current one on a shared hardware queue (CUDA_DEVICE_MAX_CONNECTIONS, 8 by default),
-  # where it waits for its own predecessor and blocks the peer's. If so, 1 connection stalls often, 32 rarely.
-  for c in 1 32; do
-    for i in 1 2 3 4; do
-      step "stall check, CUDA_DEVICE_MAX_CONNECTIONS=$c, run $i" 40 "$OUT/stall-$c.log" env CUDA_DEVICE_MAX_CONNECTIONS=$c \
-        TOPOCCL_TEST_TRACE=1 TOPOCCL_TIMEOUT_MS=10000 bin/test_gpu_collectives threads
+  # Thread ranks sharing a GPU deadlocked when a rank's next launch got ahead of a peer's current one on a shared
+  # hardware queue: on an H200 (2026-11-26) CUDA_DEVICE_MAX_CONNECTIONS=1 stalled 3 runs of 3, 32 none. Ranks now
+  # enqueue in call order (TOPOCCL_GPU_LAUNCH_ORDER): with 1 connection every run must pass; with the ordering off
+  # the last check shows the queue still deadlocks without it.
+  for i in $(seq "${STALL_RUNS:-4}"); do
+    step "stall check, CUDA_DEVICE_MAX_CONNECTIONS=1, ordered, run $i" 40 "$OUT/stall-ordered.log" env CUDA_DEVICE_MAX_CONNECTIONS=1 \
+      TOPOCCL_TEST_TRACE=1 TOPOCCL_TIMEOUT_MS=10000 bin/test_gpu_collectives threads
+  done
+  step "stall check, CUDA_DEVICE_MAX_CONNECTIONS=1, ordered, fusion" 40 "$OUT/stall-ordered.log" env CUDA_DEVICE_MAX_CONNECTIONS=1 \
+    TOPOCCL_TIMEOUT_MS=10000 bin/test_gpu_collectives fusion
+  step "stall check, CUDA_DEVICE_MAX_CONNECTIONS=1, TOPOCCL_GPU_LAUNCH_ORDER=0 (expected to stall)" 25 "$OUT/stall-unordered.log" \
+    env CUDA_DEVICE_MAX_CONNECTIONS=1 TOPOCCL_GPU_LAUNCH_ORDER=0 TOPOCCL_TEST_TRACE=1 TOPOCCL_TIMEOUT_MS=10000 bin/test_gpu_collectives threads
+fi
+if want proto; then
+  # Where LL pays: each protocol alone from 8 B to 512 KiB (the default, TOPOCCL_GPU_LL_BYTES=0, is Simple throughout).
+  for n in 2 4; do
+    for v in "NCCL_PROTO=LL" "NCCL_PROTO=Simple"; do
+      step "all_reduce_perf -g $n, $v" 30 "$OUT/perf.log" env "$v" bin/all_reduce_perf --gpu -g "$n" -b 8 -e 512K -f 4 -n 50 -w 5 -c 1
     done
   done
 fi
-if want proto; then
-  # Where LL stops paying: each protocol alone over the sizes the table gives LL (TOPOCCL_GPU_LL_BYTES) and past it.
-  for v in "NCCL_PROTO=LL" "NCCL_PROTO=Simple"; do
-    step "all_reduce_perf -g 2, $v" 30 "$OUT/perf.log" env "$v" bin/all_reduce_perf --gpu -g 2 -b 8 -e 512K -f 4 -n 50 -w 5 -c 1
+if want alltoall; then
+  # All-to-all over many lanes (a lane per peer and channel), checked, 2 and 4 ranks.
+  for n in 2 4; do
+    step "alltoall_perf -g $n" 40 "$OUT/perf.log" env TOPOCCL_TIMEOUT_MS=20000 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT \
+      bin/alltoall_perf --gpu -g "$n" -b 8 -e 256M -f 8 -n 10 -w 3 -c 1
   done
 fi
 if want wide; then

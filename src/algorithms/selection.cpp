@@ -260,6 +260,10 @@ ProtocolFilter ProtocolFilter::parse(std::string_view text) {
 }
 
 void SelectionTable::addDefaultProtocolRows(uint64_t lowLatencyMaxBytes) {
+  if (lowLatencyMaxBytes == 0) {  // LL off: only NCCL_PROTO=LL asks for it
+    addProtocolRow({std::nullopt, 0, UINT64_MAX, Protocol::Simple});
+    return;
+  }
   const uint64_t edge = lowLatencyMaxBytes == UINT64_MAX ? UINT64_MAX : lowLatencyMaxBytes + 1;
   addProtocolRow({std::nullopt, 0, edge, Protocol::LowLatency});
   if (edge != UINT64_MAX) addProtocolRow({std::nullopt, edge, UINT64_MAX, Protocol::Simple});

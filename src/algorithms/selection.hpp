@@ -105,8 +105,6 @@ std::vector<SelectionRow> modelledRows(const std::vector<Collective>& collective
 // behind one flag, for bandwidth. On the host path every protocol is the same executor.
 enum class Protocol : uint8_t { LowLatency, Simple };
 const char* protocolName(Protocol p);  // "LL", "Simple"
-// GPU calls up to this many bytes (as the selection table counts them) run LL by default (TOPOCCL_GPU_LL_BYTES).
-inline constexpr uint64_t kLowLatencyMaxBytes = 64 << 10;
 
 // Which protocols NCCL_PROTO allows: a comma list of LL, LL128 (topoccl runs it as LL) and Simple,
 // case-insensitive, `^` in front excludes them. Empty: all.
@@ -150,7 +148,7 @@ class SelectionTable {
   Algorithm choose(Collective c, uint64_t bytes, int nranks, int nhosts = 1) const;
 
   // The GPU protocol rows, searched in order like the algorithm rows, filtered by NCCL_PROTO. defaults() has
-  // none; addDefaultProtocolRows adds LL up to `lowLatencyMaxBytes` (inclusive), Simple above.
+  // none; addDefaultProtocolRows adds LL up to `lowLatencyMaxBytes` (inclusive), Simple above (0: Simple only).
   void addProtocolRow(const ProtocolRow& row) { protocolRows_.push_back(row); }
   void addDefaultProtocolRows(uint64_t lowLatencyMaxBytes);
   void setProtocolFilter(ProtocolFilter filter) { protocolFilter_ = std::move(filter); }

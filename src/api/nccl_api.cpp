@@ -2,6 +2,7 @@
 // last-error text. Every entry point is defined as pnccl* and exported under both names.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +13,7 @@
 
 #include "api/arguments.hpp"
 #include "api/comm_handle.hpp"
+#include "api/group_order.hpp"
 #include "bootstrap/bootstrap.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
@@ -807,13 +809,17 @@ static void enqueueGroupedGpuCollectives(const std::vector<PendingGpuCollective>
   }
   // One communicator (a rank per thread or process, PyTorch's case): its calls in order, a run per stream, which
   // the GPU path fuses into as few launches as it can. Several (one thread driving several ranks, nccl-tests'
-  // -g): call by call, interleaved as issued, so that no rank's second launch is queued ahead of a peer's first,
-  // which it may wait for (CUDA feeds the streams of a process through a few hardware queues).
+  // -g): call by call, every communicator's first call before any second, so that no rank's second launch is
+  // queued ahead of a peer's first, which it may wait for (CUDA feeds the streams of a process through a few
+  // hardware queues). This thread claims those ranks, so their GPU paths do not wait for it to issue the calls
+  // of the others (core/launch_order.hpp).
   const bool oneCommunicator = std::all_of(pending.begin(), pending.end(), [&](const PendingGpuCollective& p) {
     return p.comm == pending.front().comm;
   });
   if (!oneCommunicator) {
-    for (const PendingGpuCollective& p : pending) p.comm->impl->enqueueOnGpu(p.function, p.args, p.stream);
+    for (const PendingGpuCollective& p : pending) p.comm->impl->claimGpuCalls();
+    for (size_t i : topoccl::api::interleaveByCommunicator(pending, [](const PendingGpuCollective& p) { return p.comm; }))
+      pending[i].comm->impl->enqueueOnGpu(pending[i].function, pending[i].args, pending[i].stream);
     return;
   }
   std::vector<core::CollectiveArgs> run;

@@ -74,9 +74,11 @@ inline const Param<bool> kBulkCopy{"TOPOCCL_BULK_COPY", true,
 inline const Param<bool> kCommBlocking{"NCCL_COMM_BLOCKING", true, "Overrides ncclConfig_t.blocking"};
 
 // The GPU path (collectives on GPU buffers, CUDA builds).
-inline const Param<int64_t> kGpuLowLatencyBytes{"TOPOCCL_GPU_LL_BYTES", 65536,
+inline const Param<int64_t> kGpuLowLatencyBytes{"TOPOCCL_GPU_LL_BYTES", 8192,
                                                 "GPU collectives up to this many bytes use the LowLatency protocol "
-                                                "(data and flag in one word), larger ones Simple"};
+                                                "(data and flag in one word), larger ones Simple; 0: Simple at every "
+                                                "size. 8 KiB: on an H200, LL won up to 8 KiB on 4 ranks and lost from "
+                                                "32 KiB (perf/RESULTS.md)"};
 inline const Param<std::string> kProto{"NCCL_PROTO", "",
                                       "GPU protocols allowed: a list of LL, LL128, Simple; ^ excludes (LL128 runs as LL)"};
 inline const Param<int64_t> kGpuFifoSlots{"TOPOCCL_GPU_FIFO_SLOTS", 0,
@@ -98,6 +100,10 @@ inline const Param<std::string> kGpuStaged{"TOPOCCL_GPU_STAGED", "auto",
 inline const Param<bool> kGpuFuseGroups{"TOPOCCL_GPU_FUSE_GROUPS", true,
                                         "Run the GPU collectives of one ncclGroupStart/End as one kernel launch where "
                                         "they allow it (same type and reduction, independent buffers); 0 launches each"};
+inline const Param<bool> kGpuLaunchOrder{"TOPOCCL_GPU_LAUNCH_ORDER", true,
+                                         "Ranks that are threads of one process sharing a GPU put their launches on "
+                                         "the GPU in call order (a rank waits until its peers there have enqueued the "
+                                         "earlier calls): otherwise the GPU's shared work queues can deadlock them"};
 inline const Param<int64_t> kGpuRingBytes{"TOPOCCL_GPU_RING_BYTES", 256 << 10,
                                           "Calls on GPU buffers from this size (bytes, as the selection table counts) run "
                                           "a ring over TOPOCCL_GPU_NCHANNELS lanes where the ring supports the collective"};

@@ -848,6 +848,11 @@ bool Communicator::hasGpuPath() {
   return gpuPath_ != nullptr;
 }
 
+void Communicator::claimGpuCalls() {
+  std::lock_guard lock(gpuMutex_);
+  if (gpuPath_) gpuPath_->drivenByThisThread();
+}
+
 bool Communicator::gpuStaged() const {
   // Decided once: every call of a communicator takes the same route (its ranks decide alike).
   if (const int known = gpuStagedState_.load(std::memory_order_acquire); known >= 0) return known == 1;

@@ -102,6 +102,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // Sets the GPU path up (collective over the ranks) on `device` (-1: the calling thread's), once.
   void ensureGpuPath(int device);
   bool hasGpuPath();
+  // This thread drives this rank's GPU calls from here on (a group over several communicators).
+  void claimGpuCalls();
 
   // Queues a group of operations that progress together; returns at once. `hooks` run around it on the engine.
   std::shared_ptr<Work> submit(std::vector<Operation> operations, JobHooks hooks = {});

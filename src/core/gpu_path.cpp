@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <string>
@@ -15,6 +16,7 @@
 #include "common/params.hpp"
 #include "core/communicator.hpp"
 #include "core/device_lowering.hpp"
+#include "core/launch_order.hpp"
 #include "kernels/reduce_ops.hpp"
 
 #if defined(TOPOCCL_HAVE_CUDA)
@@ -139,6 +141,7 @@ struct FifoExchange {
   uint64_t slotCount;
   uint64_t slotBytes;
   uint64_t llWordsPerSlot;
+  uint64_t launchOrderKey;  // LaunchOrder::key(), for peers in this process
 };
 
 // A device buffer that only grows, in stream order (cudaMallocAsync/cudaFreeAsync): cudaFree and
@@ -168,7 +171,7 @@ class DeviceArena {
 
 class CudaGpuPath final : public GpuPath {
  public:
-  explicit CudaGpuPath(const GpuPathContext& context) : context_(context) {
+  explicit CudaGpuPath(const GpuPathContext& context) : context_(context), launchOrder_(context.rank) {
     check(cudaGetDevice(&device_), "cudaGetDevice");
     check(kernels::loadKernels(), "loading topoccl's kernels");  // before any of ours runs: see loadKernels
     const int n = context.nranks;
@@ -201,6 +204,7 @@ class CudaGpuPath final : public GpuPath {
     mine.slotCount = geometry_.slotCount;
     mine.slotBytes = geometry_.slotBytes;
     mine.llWordsPerSlot = geometry_.llWordsPerSlot;
+    mine.launchOrderKey = launchOrder_.key();
     context.allGather(all.data(), sizeof(FifoExchange));
 
     const transport::PeerInfo& me = context.peers[static_cast<size_t>(context.rank)];
@@ -234,6 +238,7 @@ class CudaGpuPath final : public GpuPath {
       }
       if (info.processToken == me.processToken) {
         peerBlocks_[static_cast<size_t>(q)] = reinterpret_cast<char*>(peer.address);  // same address space
+        if (peer.device == device_ && params::kGpuLaunchOrder.get()) launchOrder_.addPeer(q, peer.launchOrderKey);
       } else {
         if (!peer.ipcValid) throwInvalidUsage(who + " could not export its GPU FIFOs through CUDA IPC");
         void* mapped = nullptr;
@@ -251,9 +256,10 @@ class CudaGpuPath final : public GpuPath {
     }
     check(cudaEventCreateWithFlags(&singleRankDone_, cudaEventDisableTiming), "cudaEventCreate");
     watchdog_ = std::thread([this] { watch(); });
-    TOPOCCL_INFO(log::kInit, "GPU path: rank %d on GPU %d, %llu-slot FIFOs of %llu bytes, %d channel(s), %u threads a lane",
+    TOPOCCL_INFO(log::kInit, "GPU path: rank %d on GPU %d, %llu-slot FIFOs of %llu bytes, %d channel(s), %u threads a lane%s",
                  context.rank, device_, static_cast<unsigned long long>(geometry_.slotCount),
-                 static_cast<unsigned long long>(geometry_.slotBytes), channels_, threads_);
+                 static_cast<unsigned long long>(geometry_.slotBytes), channels_, threads_,
+                 launchOrder_.hasPeers() ? ", launches ordered with the thread ranks sharing its GPU" : "");
   }
 
   ~CudaGpuPath() override {
@@ -301,6 +307,12 @@ class CudaGpuPath final : public GpuPath {
     for (const GpuCall& call : calls)
       if (PreparedCall p = prepare(call); call.args->count > 0) prepared.push_back(std::move(p));
     if (prepared.empty()) return;
+    // Nothing goes on the stream before the peers sharing our GPU from this process have enqueued the calls
+    // before ours (launch_order.hpp): an input copy queued ahead of a peer's launch would block it too. After
+    // each launch they meet again (launchChain), so this wait finds them there unless a call failed.
+    launchOrder_.drivenByThisThread();
+    const uint64_t firstCall = callsEnqueued_;
+    waitForPeers(firstCall, prepared.front());
     // Launches of one communicator run in call order whatever streams they are on: they share the FIFO
     // counters, the lane counters and the work buffers (which the copies and reallocations below touch).
     if (lastStream_ != nullptr && lastStream_ != stream) check(cudaStreamWaitEvent(stream, lastDone_, 0), "ordering after the previous launch");
@@ -331,10 +343,12 @@ class CudaGpuPath final : public GpuPath {
       connections.admit(prepared[begin].lowered);
       size_t end = begin + 1;
       while (fuse && end < prepared.size() && chainable(prepared, begin, end) && connections.admit(prepared[end].lowered)) ++end;
-      launchChain(prepared, begin, end, stream);
+      launchChain(prepared, begin, end, stream, firstCall + end);
       begin = end;
     }
   }
+
+  void drivenByThisThread() override { launchOrder_.drivenByThisThread(); }
 
   void abort() override { __atomic_store_n(&hostFlags_[0], 1, __ATOMIC_RELAXED); }
 
@@ -368,6 +382,12 @@ class CudaGpuPath final : public GpuPath {
   };
 
   static size_t alignUp(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+  void waitForPeers(uint64_t calls, const PreparedCall& p) const {
+    if (!launchOrder_.hasPeers()) return;
+    launchOrder_.waitForPeers(calls, context_.timeout, [this] { return __atomic_load_n(&hostFlags_[0], __ATOMIC_RELAXED) != 0; },
+                              std::string(algo::collectiveName(p.call->args->collective)) + " on GPU buffers");
+  }
 
   PreparedCall prepare(const GpuCall& call) const {
     const CollectiveArgs& args = *call.args;
@@ -454,7 +474,8 @@ class CudaGpuPath final : public GpuPath {
   }
 
   // One launch for calls [begin, end): their plan images back to back in one slot, each pointing at the next.
-  void launchChain(const std::vector<PreparedCall>& prepared, size_t begin, size_t end, cudaStream_t stream) {
+  // `callsAfter`: this rank's GPU calls once these are enqueued.
+  void launchChain(const std::vector<PreparedCall>& prepared, size_t begin, size_t end, cudaStream_t stream, uint64_t callsAfter) {
     ImageSlot& slot = slots_[nextSlot_++ % kImageSlots];
     if (slot.used) check(cudaEventSynchronize(slot.done), "waiting for an earlier launch");
     std::vector<size_t> offsets;
@@ -512,7 +533,20 @@ class CudaGpuPath final : public GpuPath {
     check(kernels::launchPlan(firstArgs.type, kernelOp, reduces, reinterpret_cast<const kernels::DevicePlan*>(slot.device), lanes,
                               threads_, stream),
           "launching " + what);
-    for (size_t k = begin; k < end; ++k) {
+    // What follows on this stream waits for the plan (the division below, the caller's next work), so it may
+    // not enter a shared hardware queue ahead of a peer's launch of the same calls (launch_order.hpp): the
+    // thread ranks sharing our GPU meet here. On an H200 the division alone stalled every run with one queue.
+    callsEnqueued_ = callsAfter;
+    launchOrder_.published(callsAfter);
+    std::exception_ptr orderFailure;
+    try {
+      waitForPeers(callsAfter, first);
+    } catch (const Error& e) {
+      fail(e.code(), e.what());
+      abort();  // the plan we launched would wait for that peer forever
+      orderFailure = std::current_exception();
+    }
+    for (size_t k = begin; k < end && !orderFailure; ++k) {
       const PreparedCall& p = prepared[k];
       if (p.op == ReduceOp::Avg && p.outBlocks > 0)  // integer Avg: the sum divided by the ranks, truncated
         check(kernels::launchDivide(p.call->args->type, p.output, p.output, static_cast<size_t>(p.outBlocks) * p.call->args->count,
@@ -527,8 +561,11 @@ class CudaGpuPath final : public GpuPath {
     cudaEvent_t watched = nullptr;
     check(cudaEventCreateWithFlags(&watched, cudaEventDisableTiming), "cudaEventCreate");
     check(cudaEventRecord(watched, stream), "cudaEventRecord");
-    std::lock_guard lock(mutex_);
-    watched_.push_back({watched, std::chrono::steady_clock::now(), what});
+    {
+      std::lock_guard lock(mutex_);
+      watched_.push_back({watched, std::chrono::steady_clock::now(), what});
+    }
+    if (orderFailure) std::rethrow_exception(orderFailure);
   }
 
   struct ImageSlot {
@@ -631,6 +668,8 @@ class CudaGpuPath final : public GpuPath {
   std::vector<char*> retiredHost_;  // outgrown pinned image buffers, freed with the communicator
   size_t nextSlot_ = 0;
   uint64_t launches_ = 0;
+  LaunchOrder launchOrder_;
+  uint64_t callsEnqueued_ = 0;  // this rank's non-empty GPU calls so far (every rank counts the same)
   cudaStream_t lastStream_ = nullptr;
   cudaEvent_t lastDone_ = nullptr;
   cudaEvent_t singleRankDone_ = nullptr;  // one-rank communicators copy instead of launching

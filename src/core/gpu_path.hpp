@@ -95,6 +95,9 @@ class GpuPath {
   // element type and reduction kernel, no buffer one writes that another reads or writes, and every
   // connection on one lane. Throws on bad input (unsupported operators) before enqueuing anything.
   virtual void enqueue(const std::vector<GpuCall>& calls, void* stream) = 0;
+  // The calling thread now issues this rank's calls (a group that spans several communicators): peers it also
+  // drives are not waited for (launch_order.hpp), since it issues their calls in call order itself.
+  virtual void drivenByThisThread() = 0;
   // ncclCommAbort: every running lane stops at its next wait.
   virtual void abort() = 0;
   // The first failure a launch reported (abort, watchdog), or ncclSuccess.

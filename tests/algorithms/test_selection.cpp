@@ -263,6 +263,7 @@ TEST_CASE("modelled rows on the simulator: recursive doubling or direct for smal
 
 TEST_CASE("GPU protocols: LL up to the threshold, Simple above, within NCCL_PROTO, printed with the table") {
   using P = Protocol;
+  constexpr uint64_t kLowLatencyMaxBytes = 64 << 10;
   SelectionTable table = SelectionTable::defaults();
   CHECK(table.chooseProtocol(Collective::AllReduce, 8) == P::Simple);  // no rows: Simple
   table.addDefaultProtocolRows(kLowLatencyMaxBytes);
@@ -292,6 +293,12 @@ TEST_CASE("GPU protocols: LL up to the threshold, Simple above, within NCCL_PROT
   CHECK(custom.chooseProtocol(Collective::AllToAll, 8) == P::Simple);
   CHECK(custom.chooseProtocol(Collective::AllReduce, 8) == P::LowLatency);
   CHECK(custom.chooseProtocol(Collective::AllReduce, 1025) == P::Simple);
+  SelectionTable noLowLatency;  // TOPOCCL_GPU_LL_BYTES=0: LL only where NCCL_PROTO leaves nothing else
+  noLowLatency.addDefaultProtocolRows(0);
+  CHECK(noLowLatency.chooseProtocol(Collective::AllReduce, 0) == P::Simple);
+  CHECK(noLowLatency.chooseProtocol(Collective::AllReduce, 8) == P::Simple);
+  noLowLatency.setProtocolFilter(ProtocolFilter::parse("LL"));
+  CHECK(noLowLatency.chooseProtocol(Collective::AllReduce, 8) == P::LowLatency);
   SelectionTable limitless;
   limitless.addDefaultProtocolRows(UINT64_MAX);
   CHECK(limitless.protocolRows().size() == 1);

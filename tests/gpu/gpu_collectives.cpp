@@ -536,8 +536,20 @@ int peerNeverCalls(int rank, int n, ncclComm_t comm) {
     cudaStreamDestroy(stream);
     return failures;
   }
-  if (ncclAllReduce(buffer, buffer, 1024, ncclFloat, ncclSum, comm, stream) != ncclSuccess) ++failures;
-  cudaStreamSynchronize(stream);  // returns once the watchdog aborted the kernel
+  if (const ncclResult_t issued = ncclAllReduce(buffer, buffer, 1024, ncclFloat, ncclSum, comm, stream); issued != ncclSuccess) {
+    // Ranks that are threads sharing the GPU meet around each launch (core/launch_order.hpp), so there the call
+    // itself fails once the timeout passes, naming the rank that never called.
+    const std::string text = ncclGetLastError(comm);
+    const bool namesPeer = text.find("rank " + std::to_string(n - 1)) != std::string::npos;
+    if (!gRanksAreThreads || issued != ncclRemoteError || !namesPeer) {
+      std::printf("FAILED: rank %d: the all-reduce the last rank never called returned %s: %s\n", rank, ncclGetErrorString(issued),
+                  text.c_str());
+      ++failures;
+    } else {
+      std::printf("rank %d: the call failed: %s\n", rank, text.c_str());
+    }
+  }
+  cudaStreamSynchronize(stream);  // returns once the watchdog (or the failed call) aborted the kernel
   ncclResult_t state = ncclSuccess;
   ncclCommGetAsyncError(comm, &state);
   const std::string text = ncclGetLastError(comm);
