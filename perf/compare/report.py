@@ -341,7 +341,7 @@ def main():
         md += ["## Ceilings of this machine", "", "| probe | variant | threads | best | median | unit |",
                "|---|---|---:|---:|---:|---|"]
         md += [f"| {r['ceiling']} | {r['variant']} | {r['threads']} | {r['best']} | {r['median']} | {r['unit']} |" for r in ceil]
-        md += ["", "membw: 256 MiB arrays, memcpy counts 2×S bytes, acc (a += b) 3×S; tcp: 127.0.0.1, TCP_NODELAY; "
+        md += ["", "membw: 256 MiB arrays, memcpy and stream (non-temporal stores) count 2×S bytes, acc (a += b) 3×S; tcp: 127.0.0.1, TCP_NODELAY; "
                "shm: one cache line handed between two processes.", ""]
     lines, bad = correctness(d)
     md += ["## Correctness", ""] + lines + [""]

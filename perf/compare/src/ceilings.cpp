@@ -3,6 +3,8 @@
 //
 //   ceilings membw [-s MiB] [-r reps] [-T maxThreads]   memory streaming, 1..T threads
 //       memcpy  memcpy(c, a)   bytes counted 2*S (STREAM convention; write-allocate not counted)
+//       stream  c = a with non-temporal stores (x86-64; elsewhere memcpy), 2*S: a copy whose writes bypass
+//               the caches, as large copies of the collectives do (kernels::streamingCopy)
 //       acc     a[i] += b[i]   bytes counted 3*S (what a reduction step does)
 //   ceilings tcp [-m MiB] [-p rounds]   loopback TCP between two processes, TCP_NODELAY
 //       uni     one direction, GB/s            bidi   both directions at once, GB/s per direction
@@ -15,6 +17,10 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -49,6 +55,26 @@ void emit(const char* what, const char* variant, int threads, std::vector<double
 }
 
 // ---- memory -------------------------------------------------------------------------------
+// dst = src, 16 bytes a store, around the caches; both 16-byte aligned (the callers' slices are).
+void streamCopy(float* dst, const float* src, size_t count) {
+#if defined(__x86_64__)
+  size_t i = 0;
+  for (; i + 16 <= count; i += 16) {
+    const __m128i* s = reinterpret_cast<const __m128i*>(src + i);
+    __m128i* d = reinterpret_cast<__m128i*>(dst + i);
+    const __m128i x0 = _mm_load_si128(s), x1 = _mm_load_si128(s + 1), x2 = _mm_load_si128(s + 2), x3 = _mm_load_si128(s + 3);
+    _mm_stream_si128(d, x0);
+    _mm_stream_si128(d + 1, x1);
+    _mm_stream_si128(d + 2, x2);
+    _mm_stream_si128(d + 3, x3);
+  }
+  for (; i < count; ++i) dst[i] = src[i];
+  _mm_sfence();
+#else
+  memcpy(dst, src, count * sizeof(float));
+#endif
+}
+
 int membw(size_t mib, int reps, int maxT) {
   const size_t n = mib * (1ull << 20) / sizeof(float), bytes = n * sizeof(float);
   float* a = (float*)aligned_alloc(4096, bytes);
@@ -79,16 +105,23 @@ int membw(size_t mib, int reps, int maxT) {
     par([&](size_t lo, size_t hi) {  // first touch by the threads that use the pages
       for (size_t i = lo; i < hi; i++) a[i] = 1.0f, b[i] = 2.0f, c[i] = 0.0f;
     });
-    std::vector<double> cp, acc;
+    std::vector<double> cp, st, acc;
     for (int r = 0; r <= reps; r++) {
       double t = par([&](size_t lo, size_t hi) { memcpy(c + lo, a + lo, (hi - lo) * sizeof(float)); });
       if (r) cp.push_back(2.0 * bytes / t / 1e9);
+      t = par([&](size_t lo, size_t hi) {
+        lo &= ~size_t{15};  // 64-byte aligned slices (the buffers are page-aligned)
+        hi = hi == n ? n : hi & ~size_t{15};
+        streamCopy(c + lo, a + lo, hi - lo);
+      });
+      if (r) st.push_back(2.0 * bytes / t / 1e9);
       t = par([&](size_t lo, size_t hi) {
         for (size_t i = lo; i < hi; i++) a[i] += b[i];
       });
       if (r) acc.push_back(3.0 * bytes / t / 1e9);
     }
     emit("membw", "memcpy", T, cp, true, "GB/s");
+    emit("membw", "stream", T, st, true, "GB/s");
     emit("membw", "acc", T, acc, true, "GB/s");
   }
   volatile float sink = a[n / 2] + c[n / 3];
