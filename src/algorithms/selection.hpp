@@ -25,6 +25,8 @@ namespace topoccl::algo {
 //   S = 9 alpha/beta (~200 KB), on 6 ranks (folding) near 2.6 alpha/beta (~60 KB): 64 KiB keeps
 //   recursive doubling where it wins on every rank count.
 inline constexpr uint64_t kRecursiveDoublingMaxBytes = 64 << 10;
+// Two ranks on a memory path keep recursive doubling further, to 8 MiB (memoryPathRows).
+inline constexpr uint64_t kTwoRankRecursiveDoublingMaxBytes = 8 << 20;
 // - Binomial Broadcast / Reduce cost log2 n (alpha + S beta); the pipelined chain (n-1) alpha + S beta.
 //   They cross at S = (n-1-log2 n) / (log2 n - 1) alpha/beta: 1x on 4 ranks, 2x on 8, 3.7x on 16.
 inline constexpr uint64_t kTreeMaxBytes = 32 << 10;
@@ -100,6 +102,10 @@ std::vector<SelectionRow> modelledRows(const std::vector<Collective>& collective
                                        const std::function<std::optional<Plan>(Algorithm, Collective)>& planOf,
                                        const std::function<double(const Plan&, uint64_t)>& timeOf,
                                        std::vector<ModelledChoice>* choices = nullptr);
+
+// Rows that go before the defaults when every pair of ranks moves data through memory (shared memory or threads of
+// one process, one host), not sockets.
+std::vector<SelectionRow> memoryPathRows();
 
 // The GPU path's protocols (NCCL's): LL moves data and flag in one word, for latency; Simple moves whole slices
 // behind one flag, for bandwidth. On the host path every protocol is the same executor.

@@ -355,6 +355,7 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
   bool socketPairs = locality_->nhosts() > 1;
   for (const WireInfo& w : wire) socketPairs = socketPairs || !w.shmAllowed;
   slicesPerStep_ = socketPairs ? Execution::kSlicesPerStepSockets : Execution::kSlicesPerStep;
+  if (!socketPairs) selection_->prependRows(algo::memoryPathRows());
   loadPlanFiles();
   if (params::kTopoFuse.get()) gatherClusterTopology();
   synthesizePlans();

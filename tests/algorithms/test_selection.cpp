@@ -308,3 +308,19 @@ TEST_CASE("GPU protocols: LL up to the threshold, Simple above, within NCCL_PROT
   CHECK_THAT(text, Catch::Contains("GPU protocols:") && Catch::Contains("LL (excluded by NCCL_PROTO)") &&
                        Catch::Contains("Simple"));
 }
+
+TEST_CASE("memory-path rows: two ranks on one host keep recursive doubling to 8 MiB, others and sockets keep the ring") {
+  SelectionTable table = SelectionTable::defaults();
+  CHECK(table.choose(Collective::AllReduce, 1 << 20, 2) == Algorithm::Ring);  // without them (sockets)
+  table.prependRows(memoryPathRows());
+  for (uint64_t bytes : {uint64_t{8}, uint64_t{64} << 10, uint64_t{1} << 20, (uint64_t{8} << 20) - 4})
+    CHECK(table.choose(Collective::AllReduce, bytes, 2) == Algorithm::RecursiveDoubling);
+  CHECK(table.choose(Collective::AllReduce, uint64_t{8} << 20, 2) == Algorithm::Ring);
+  CHECK(table.choose(Collective::AllReduce, 1 << 20, 3) == Algorithm::Ring);
+  CHECK(table.choose(Collective::AllReduce, 1 << 20, 4) == Algorithm::HalvingDoubling);
+  CHECK(table.choose(Collective::AllReduce, 1 << 20, 2, 2) != Algorithm::RecursiveDoubling);  // two hosts
+  CHECK(table.choose(Collective::AllGather, 1 << 20, 2) == Algorithm::Ring);
+  // NCCL_ALGO still rules.
+  table.setFilter(AlgorithmFilter::parse("allreduce:ring"));
+  CHECK(table.choose(Collective::AllReduce, 1 << 20, 2) == Algorithm::Ring);
+}
