@@ -198,7 +198,7 @@ SelectionTable SelectionTable::defaults() {
 std::vector<SelectionRow> memoryPathRows() {
   // Two ranks: recursive doubling (each reads the other's input and reduces into its own output, one step) up to
   // 8 MiB. Where the two cores share no cache (this VM, part of the time: a cache-line handoff of 0.3 us instead
-  // of 0.08), the ring's second step reads lines the peer has just written and took 1.9-2.8x recursive doubling's
+  // of 0.08), the ring's second step reads lines the peer has just written and took 1.7-2.8x recursive doubling's
   // time at 512 KiB-4 MiB; where they share one, recursive doubling took 0.8-1.5x the ring's. Over loopback TCP
   // the ring stays ahead (1.04-1.4x), so these rows are for memory paths only (perf/RESULTS.md, session 29).
   return {{Collective::AllReduce, 2, 2, 0, kTwoRankRecursiveDoublingMaxBytes, Algorithm::RecursiveDoubling, 1}};
