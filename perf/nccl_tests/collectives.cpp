@@ -23,17 +23,13 @@ void splitCounts(size_t bytes, size_t elt, int n, size_t& pc, bool sendGathered,
 double wholeBytes(size_t pc, size_t elt, int) { return static_cast<double>(pc * elt); }
 double gatheredBytes(size_t pc, size_t elt, int n) { return static_cast<double>(pc * elt) * n; }
 
-void sameBuffer(RankContext& c, size_t, size_t) { c.send = c.recv = c.recvBase; }
+// In place: the runner has placed send and recv (the allocations plus any -u offset); these alias one into
+// the other as nccl-tests does.
+void sameBuffer(RankContext& c, size_t, size_t) { c.send = c.recv; }
 // The rank's own block inside the gathered receive buffer (AllGather, Gather).
-void sendInsideRecv(RankContext& c, size_t pc, size_t elt) {
-  c.recv = c.recvBase;
-  c.send = c.recvBase + static_cast<size_t>(c.rank) * pc * elt;
-}
+void sendInsideRecv(RankContext& c, size_t pc, size_t elt) { c.send = c.recv + static_cast<size_t>(c.rank) * pc * elt; }
 // The rank's own block inside the gathered send buffer (ReduceScatter, Scatter).
-void recvInsideSend(RankContext& c, size_t pc, size_t elt) {
-  c.send = c.sendBase;
-  c.recv = c.sendBase + static_cast<size_t>(c.rank) * pc * elt;
-}
+void recvInsideSend(RankContext& c, size_t pc, size_t elt) { c.recv = c.send + static_cast<size_t>(c.rank) * pc * elt; }
 
 }  // namespace
 
@@ -115,10 +111,7 @@ const CollectiveSpec kSendRecv{
     "sendrecv", false, false,
     [](size_t b, size_t e, int n, size_t& pc, size_t& se, size_t& re) { wholeCounts(b, e, n, pc, se, re); },
     wholeBytes, [](int n) { return one(n); },
-    [](RankContext& c, size_t, size_t) {  // in place has no meaning for a shift: separate buffers, as out of place
-      c.send = c.sendBase;
-      c.recv = c.recvBase;
-    },
+    [](RankContext&, size_t, size_t) {},  // in place has no meaning for a shift: separate buffers, as out of place
     [](const RankContext& c, size_t pc, ncclDataType_t t, ncclRedOp_t, int) {
       ncclResult_t r = ncclGroupStart();
       if (r == ncclSuccess) r = ncclSend(c.send, pc, t, (c.rank + 1) % c.nranks, c.comm, c.stream);

@@ -45,9 +45,15 @@ struct Options {
   bool switches = false;     // context switches per call of all ranks in the timed loop (getrusage)
   bool gpu = false;          // buffers on the GPU (ncclMemAlloc device memory, a stream per rank), as nccl-tests
   bool heap = false;         // host buffers from the C heap (a framework's own tensors), not ncclMemAlloc's shared memory
+  int unalign = 0;           // -u: buffers start this many elements past their allocation
+  int perIter = 0, perIterSkip = 0;  // -I, -K: per-iteration statistics, skipping the first K iterations
+  int timestamps = 0;        // -S: a timestamp column after each row
+  int cputime = 0;           // -C: the time to issue the calls, not until they complete
+  int localRegister = 0;     // -R: 1 ncclCommRegister, 2 ncclCommWindowRegister (symmetric) on every buffer
+  double timeout = 0;        // -T: seconds a call may take before the run aborts its communicators
+  int stallRank = -1;        // --stall-rank: that rank stops calling before its first timed loop (tests -T)
   // Accepted for nccl-tests compatibility; they configure GPU-only machinery and change nothing here.
-  int parallelInit = 0, streamNull = 0, graph = 0, cputime = 0, localRegister = 0, timestamps = 0, memory = 0;
-  int unalign = 0, perIter = 0, perIterSkip = 0, ctaPolicy = -1, deviceImpl = 0, deviceCtas = 16, timeout = 0;
+  int parallelInit = 0, streamNull = 0, graph = 0, memory = 0, ctaPolicy = -1, deviceImpl = 0, deviceCtas = 16;
 };
 
 // Where the benchmark's buffers live. Host: plain memory operations. GPU (--gpu): the CUDA runtime, with the
@@ -233,6 +239,51 @@ long processContextSwitches() {
   return usage.ru_nvcsw + usage.ru_nivcsw;
 }
 
+// -I: one row's per-iteration times (max over ranks, per iteration), in seconds.
+struct IterStats {
+  bool valid = false;
+  int skipped = 0, counted = 0;
+  double min = 0, max = 0, avg = 0, p50 = 0, p95 = 0, p99 = 0, stdev = 0;
+  double cvPercent() const { return avg > 0 ? stdev / avg * 100.0 : 0.0; }
+};
+
+// nccl-tests' percentile rank: the ceil(n x p / 100)-th smallest.
+size_t percentileIndex(size_t n, int percentile) {
+  return std::min(n - 1, (n * static_cast<size_t>(percentile) + 99) / 100 - 1);
+}
+
+IterStats iterStats(std::vector<double> times, int skip) {
+  IterStats s;
+  s.skipped = skip;
+  if (static_cast<size_t>(skip) >= times.size()) return s;
+  times.erase(times.begin(), times.begin() + skip);
+  std::sort(times.begin(), times.end());
+  const size_t n = times.size();
+  s.valid = true;
+  s.counted = static_cast<int>(n);
+  s.min = times.front();
+  s.max = times.back();
+  s.p50 = times[n / 2];
+  s.p95 = times[percentileIndex(n, 95)];
+  s.p99 = times[percentileIndex(n, 99)];
+  double sum = 0;
+  for (double t : times) sum += t;
+  s.avg = sum / static_cast<double>(n);
+  double var = 0;
+  for (double t : times) var += (t - s.avg) * (t - s.avg);
+  s.stdev = std::sqrt(var / static_cast<double>(n));
+  return s;
+}
+
+std::string nowText() {  // nccl-tests' timestamp: local time, %Y-%m-%d %H:%M:%S
+  char buf[64];
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &local);
+  return buf;
+}
+
 struct Row {
   size_t bytes = 0, count = 0;
   std::string type, op;
@@ -242,6 +293,8 @@ struct Row {
   std::string plan[2];                 // --predict: the plan that ran and the model's time for it
   double predictedUs[2] = {0, 0};
   double switchesPerCall[2] = {-1, -1};  // --switches
+  IterStats iter[2];                     // -I
+  std::string timestamp;                 // -S
 };
 
 class Runner {
@@ -266,6 +319,14 @@ class Runner {
     mem_.gpu = o_.gpu;
     if (o_.iters < 1 || o_.warmup < 0 || o_.aggIters < 1 || o_.check < 0 || o_.cycles < 0)
       die(program_ + ": -n and -m must be >= 1; -w, -c and -N >= 0");
+    if (o_.unalign < 0) die(program_ + ": -u/--unalign " + std::to_string(o_.unalign) + " must be >= 0 elements");
+    if (o_.perIterSkip < 0 || (o_.perIter && o_.perIterSkip >= o_.iters))
+      die(program_ + ": -K/--per_iter_skip " + std::to_string(o_.perIterSkip) + " must be >= 0 and leave some of the " +
+          std::to_string(o_.iters) + " iterations of -n/--iters to summarize");
+    if (o_.localRegister < 0 || o_.localRegister > 2)
+      die(program_ + ": -R/--local_register " + std::to_string(o_.localRegister) +
+          " must be 0, 1 (ncclCommRegister) or 2 (ncclCommWindowRegister, symmetric)");
+    if (!(o_.timeout >= 0)) die(program_ + ": -T/--timeout must be >= 0 seconds (0: none)");
     for (const TypeInfo& t : types())
       if (o_.type == "all" || o_.type == t.name) types_.push_back(t);
     if (types_.empty()) die(program_ + ": -d/--datatype '" + o_.type + "' is not one of int8 uint8 int32 uint32 int64 uint64 half float double bfloat16 all");
@@ -310,11 +371,20 @@ class Runner {
     id_ = id;
     printHeader();
     threadTimes_.assign(static_cast<size_t>(o_.threads), 0.0);
+    threadIterTimes_.assign(static_cast<size_t>(o_.threads), {});
     barrier_ = std::make_unique<std::barrier<>>(o_.threads);
+    if (watching()) {
+      flights_ = std::make_unique<Flight[]>(static_cast<size_t>(o_.threads));
+      watchdog_ = std::thread([this] { watchdogLoop(); });
+    }
     std::vector<std::thread> workers;
     for (int t = 1; t < o_.threads; ++t) workers.emplace_back([this, t] { worker(t); });
     worker(0);
     for (std::thread& w : workers) w.join();
+    if (watchdog_.joinable()) {
+      stopWatchdog_ = true;
+      watchdog_.join();
+    }
     const bool ok = printFooter();
 #ifdef TOPOCCL_PERF_MPI
     MPI_Finalize();
@@ -344,6 +414,99 @@ class Runner {
   std::atomic<long long> wrong_{0};
   std::vector<Row> rows_;
   long long totalWrong_ = 0;
+  std::vector<std::vector<double>> threadIterTimes_;  // -I: each thread's per-iteration times of the last loop
+
+  // -T: what each thread of this process waits on, watched by a thread of its own.
+  struct Flight {
+    std::atomic<int64_t> sinceNs{0};  // steady clock when the wait began; 0: nothing in flight
+    std::atomic<int> iteration{-1};   // the timed iteration, or -1
+    std::mutex mutex;
+    std::string what;
+  };
+  std::unique_ptr<Flight[]> flights_;
+  std::mutex commsMutex_;
+  std::vector<std::pair<ncclComm_t, int>> comms_;  // this process's communicators and their ranks
+  std::atomic<bool> timedOut_{false};
+  std::atomic<bool> stopWatchdog_{false};
+  std::thread watchdog_;
+
+  bool watching() const { return o_.timeout > 0; }
+  static int64_t nowNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+  }
+  void watch(int thread, std::string what) {
+    if (!watching()) return;
+    Flight& f = flights_[static_cast<size_t>(thread)];
+    {
+      std::lock_guard lock(f.mutex);
+      f.what = std::move(what);
+    }
+    f.iteration.store(-1, std::memory_order_relaxed);
+    f.sinceNs.store(nowNs(), std::memory_order_release);
+  }
+  void rewatch(int thread, int iteration) {  // the next timed iteration: cheap, no string work
+    Flight& f = flights_[static_cast<size_t>(thread)];
+    f.iteration.store(iteration, std::memory_order_relaxed);
+    f.sinceNs.store(nowNs(), std::memory_order_release);
+  }
+  void unwatch(int thread) {
+    if (watching()) flights_[static_cast<size_t>(thread)].sinceNs.store(0, std::memory_order_release);
+  }
+
+  void watchdogLoop() {
+    const auto limitNs = static_cast<int64_t>(o_.timeout * 1e9);
+    while (!stopWatchdog_.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      const int64_t now = nowNs();
+      for (int t = 0; t < o_.threads; ++t) {
+        Flight& f = flights_[static_cast<size_t>(t)];
+        const int64_t since = f.sinceNs.load(std::memory_order_acquire);
+        if (since != 0 && now - since >= limitNs) timeOut(t, f, static_cast<double>(now - since) / 1e9);
+      }
+    }
+  }
+
+  // nccl-tests' -T: abort the communicators and report the timeout. Revoked, not destroyed (the waiting threads
+  // still use them), so those calls return with an error; the process then ends, which mpirun turns into the
+  // end of the job.
+  [[noreturn]] void timeOut(int thread, Flight& f, double waited) {
+    timedOut_ = true;
+    std::string what;
+    {
+      std::lock_guard lock(f.mutex);
+      what = f.what;
+    }
+    const int iteration = f.iteration.load();
+    if (iteration >= 0) what += ", iteration " + std::to_string(iteration + 1) + " of " + std::to_string(o_.iters);
+    std::vector<std::pair<ncclComm_t, int>> comms;
+    {
+      std::lock_guard lock(commsMutex_);
+      comms = comms_;
+    }
+    std::string ranks;
+    for (int g = 0; g < o_.gpus; ++g)
+      ranks += (g ? "," : "") + std::to_string((proc_ * o_.threads + thread) * o_.gpus + g);
+    std::fprintf(stderr,
+                 "%s: Test timeout: rank %s: %s has waited %.1f s, over the -T/--timeout of %g s; aborting this "
+                 "process's %zu communicator(s)\n",
+                 program_.c_str(), ranks.c_str(), what.c_str(), waited, o_.timeout, comms.size());
+    std::fflush(stderr);
+    std::thread([comms] {
+      for (const auto& entry : comms) ncclCommRevoke(entry.first, NCCL_REVOKE_DEFAULT);
+    }).detach();
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the calls return their errors meanwhile
+    std::fflush(stdout);
+    std::_Exit(1);
+  }
+
+  // --stall-rank: the rank stops calling, as a hung peer would (what -T is for).
+  void stallIfAsked(const std::vector<RankContext>& rc) {
+    for (const RankContext& c : rc) {
+      if (c.rank != o_.stallRank) continue;
+      std::fprintf(stderr, "%s: rank %d stops calling (--stall-rank)\n", program_.c_str(), c.rank);
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+  }
 
   bool printing() const { return proc_ == 0; }
 
@@ -371,6 +534,13 @@ class Runner {
                 o_.threads, o_.gpus, minBytes_, maxBytes_,
                 (factor_ > 0 ? std::to_string(static_cast<int>(factor_)) + "(factor)" : std::to_string(step_) + "(bytes)").c_str(),
                 o_.warmup, o_.iters, o_.aggIters, o_.check, o_.graph, o_.unalign);
+    if (o_.perIter) {
+      std::printf("# Per-Iteration Report: host clock timing; i_* uses max over process rows");
+      if (o_.perIterSkip) std::printf("; summary skips first %d iterations", o_.perIterSkip);
+      std::printf(" \n");
+    }
+    if (o_.localRegister) std::printf("# Buffers registered: %s\n", o_.localRegister == 1 ? "ncclCommRegister" : "ncclCommWindowRegister (symmetric)");
+    if (o_.timeout > 0) std::printf("# Timeout: %g s per call (-T)\n", o_.timeout);
     std::printf("#\n# Using devices\n");
     for (int p = 0; p < nprocs_; ++p)
       for (int t = 0; t < o_.threads; ++t)
@@ -382,11 +552,24 @@ class Runner {
                       o_.gpu ? "GPU memory (topoccl)" : "host memory (topoccl, CPU)");
         }
     std::printf("#\n");
-    std::printf("# %51s  %33s  %33s\n", "", "out-of-place", "in-place");
+    // nccl-tests' table header; -I adds i_min, i_max, i_p99 and i_cv% to each block, -S a timestamp column.
+    const char* timeLabel = o_.cputime ? "cputime" : "time";
+    if (o_.perIter)
+      std::printf("# %51s  %69s  %69s\n", "", "out-of-place (+ per-iteration)", "in-place (+ per-iteration)");
+    else
+      std::printf("# %51s  %33s  %33s\n", "", "out-of-place", "in-place");
     std::printf("#%11s  %12s  %8s  %6s  %6s", "size", "count", "type", "redop", "root");
-    for (int k = 0; k < 2; ++k) std::printf("  %7s  %6s  %6s  %6s", "time", "algbw", "busbw", "#wrong");
+    for (int k = 0; k < 2; ++k) {
+      std::printf("  %7s  %6s  %6s  %6s", timeLabel, "algbw", "busbw", "#wrong");
+      if (o_.perIter) std::printf("  %7s  %7s  %7s  %7s", "i_min", "i_max", "i_p99", "i_cv%");
+    }
+    if (o_.timestamps) std::printf(" %19s", "timestamp");
     std::printf("\n#%11s  %12s  %8s  %6s  %6s", "(B)", "(elements)", "", "", "");
-    for (int k = 0; k < 2; ++k) std::printf("  %7s  %6s  %6s  %6s", "(us)", "(GB/s)", "(GB/s)", "");
+    for (int k = 0; k < 2; ++k) {
+      std::printf("  %7s  %6s  %6s  %6s", "(us)", "(GB/s)", "(GB/s)", "");
+      if (o_.perIter) std::printf("  %7s  %7s  %7s  %7s", "(us)", "(us)", "(us)", "(%)");
+    }
+    if (o_.timestamps) std::printf(" %19s", "%Y-%m-%d %H:%M:%S");
     std::printf("\n");
     std::fflush(stdout);
   }
@@ -408,7 +591,14 @@ class Runner {
 
   // One CSV layout for --csv and -J FILE.csv; --predict adds the plan that ran and the model's time for it.
   std::string csvHeader() const {
-    std::string h = "collective,nranks,bytes,count,type,redop,root,oop_time_us,oop_algbw,oop_busbw,oop_wrong,ip_time_us,ip_algbw,ip_busbw,ip_wrong";
+    // -C reports the time to issue the calls: its columns say cputime instead of time.
+    const std::string time = o_.cputime ? "cputime_us" : "time_us";
+    std::string h = "collective,nranks,bytes,count,type,redop,root,oop_" + time + ",oop_algbw,oop_busbw,oop_wrong,ip_" + time +
+                    ",ip_algbw,ip_busbw,ip_wrong";
+    if (o_.perIter)
+      for (const char* block : {"oop", "ip"})
+        for (const char* stat : {"min", "max", "avg", "p50", "p95", "p99", "stdev"}) h += std::string(",") + block + "_i_" + stat + "_us";
+    if (o_.timestamps) h += ",timestamp";
     if (o_.switches) h += ",oop_switches_per_call,ip_switches_per_call";
     if (o_.predict) h += ",oop_plan,oop_predicted_us,ip_plan,ip_predicted_us";
     return h;
@@ -422,6 +612,14 @@ class Runner {
       std::snprintf(buf, sizeof buf, ",%.3f,%.4f,%.4f,%lld", r.time[k], r.algbw[k], r.busbw[k], r.wrong[k]);
       row += buf;
     }
+    if (o_.perIter)
+      for (const IterStats& s : r.iter) {
+        for (double v : {s.min, s.max, s.avg, s.p50, s.p95, s.p99, s.stdev}) {
+          std::snprintf(buf, sizeof buf, ",%.3f", v * 1e6);
+          row += buf;
+        }
+      }
+    if (o_.timestamps) row += "," + r.timestamp;
     if (o_.switches) {
       std::snprintf(buf, sizeof buf, ",%.3f,%.3f", r.switchesPerCall[0], r.switchesPerCall[1]);
       row += buf;
@@ -450,7 +648,13 @@ class Runner {
       for (int k = 0; k < 2; ++k) {
         std::printf("  %7s  %6s  %6s  %6s", fit(r.time[k], 7).c_str(), fit(r.algbw[k], 6).c_str(), fit(r.busbw[k], 6).c_str(),
                     r.wrong[k] < 0 ? "N/A" : std::to_string(r.wrong[k]).c_str());
+        if (o_.perIter) {
+          const IterStats& s = r.iter[k];
+          std::printf("  %7s  %7s  %7s  %7s", fit(s.min * 1e6, 7).c_str(), fit(s.max * 1e6, 7).c_str(), fit(s.p99 * 1e6, 7).c_str(),
+                      fit(s.cvPercent(), 7).c_str());
+        }
       }
+      if (o_.timestamps) std::printf("%21s", r.timestamp.c_str());
       std::printf("\n");
       if (o_.switches)  // comment lines, so parsers of nccl-tests output skip them
         std::printf("#  context switches per call (all ranks): out-of-place %.3f  in-place %.3f\n", r.switchesPerCall[0],
@@ -485,10 +689,20 @@ class Runner {
     if (o_.json || (!o_.output.empty() && o_.output.ends_with(".json"))) {
       nlohmann::json rows = nlohmann::json::array();
       for (const Row& r : rows_) {
+        const std::string time = o_.cputime ? "cputime_us" : "time_us";
         rows.push_back({{"collective", spec_.name}, {"nranks", nranks_}, {"bytes", r.bytes}, {"count", r.count}, {"type", r.type},
-                        {"redop", r.op}, {"root", r.root}, {"oop_time_us", r.time[0]}, {"oop_algbw", r.algbw[0]},
-                        {"oop_busbw", r.busbw[0]}, {"oop_wrong", r.wrong[0]}, {"ip_time_us", r.time[1]}, {"ip_algbw", r.algbw[1]},
+                        {"redop", r.op}, {"root", r.root}, {"oop_" + time, r.time[0]}, {"oop_algbw", r.algbw[0]},
+                        {"oop_busbw", r.busbw[0]}, {"oop_wrong", r.wrong[0]}, {"ip_" + time, r.time[1]}, {"ip_algbw", r.algbw[1]},
                         {"ip_busbw", r.busbw[1]}, {"ip_wrong", r.wrong[1]}});
+        if (o_.perIter)
+          for (int k = 0; k < 2; ++k) {
+            const IterStats& s = r.iter[k];
+            rows.back()[k ? "ip_per_iter" : "oop_per_iter"] = {
+                {"skipped_iterations", s.skipped}, {"counted_iterations", s.counted}, {"min_us", s.min * 1e6},
+                {"max_us", s.max * 1e6}, {"avg_us", s.avg * 1e6}, {"p50_us", s.p50 * 1e6}, {"p95_us", s.p95 * 1e6},
+                {"p99_us", s.p99 * 1e6}, {"stdev_us", s.stdev * 1e6}, {"cv_pct", s.cvPercent()}};
+          }
+        if (o_.timestamps) rows.back()["timestamp"] = r.timestamp;
         if (o_.switches)
           rows.back().update({{"oop_switches_per_call", r.switchesPerCall[0]}, {"ip_switches_per_call", r.switchesPerCall[1]}});
         if (o_.predict)
@@ -527,6 +741,7 @@ class Runner {
 
   void checkNccl(ncclResult_t r, const char* call, int rank) {
     if (r == ncclSuccess) return;
+    while (timedOut_.load()) std::this_thread::sleep_for(std::chrono::seconds(1));  // -T ends the process
     die(program_ + ": rank " + std::to_string(rank) + ": " + call + " failed: " + ncclGetErrorString(r) + ": " +
         ncclGetLastError(nullptr));
   }
@@ -541,6 +756,10 @@ class Runner {
       checkNccl(ncclCommInitRank(&rc[i].comm, nranks_, id_, rc[i].rank), "ncclCommInitRank", rc[i].rank);
     }
     checkNccl(ncclGroupEnd(), "ncclGroupEnd (communicator creation)", rc[0].rank);
+    {
+      std::lock_guard lock(commsMutex_);
+      for (const RankContext& c : rc) comms_.emplace_back(c.comm, c.rank);
+    }
 
     size_t maxElt = 1;
     for (const TypeInfo& t : types_) maxElt = std::max(maxElt, t.size);
@@ -551,8 +770,14 @@ class Runner {
       sendMax = std::max(sendMax, se * t.size);
       recvMax = std::max(recvMax, re * t.size);
     }
-    // One allocation serves both (in place aliases into it), sized for the larger of the two.
-    const size_t alloc = std::max(sendMax, recvMax) + 64;
+    // One allocation serves both (in place aliases into it), sized for the larger of the two, plus -u's offset.
+    const size_t alloc = std::max(sendMax, recvMax) + static_cast<size_t>(o_.unalign) * maxElt + 64;
+    struct Registration {
+      void* send = nullptr;
+      void* recv = nullptr;
+      ncclWindow_t sendWindow = nullptr, recvWindow = nullptr;
+    };
+    std::vector<Registration> registrations(rc.size());
     for (RankContext& c : rc) {
 #ifdef TOPOCCL_PERF_CUDA
       if (o_.gpu) {
@@ -579,6 +804,17 @@ class Runner {
       c.recvBase = static_cast<char*>(r);
       mem_.zero(c.sendBase, alloc);
       mem_.zero(c.recvBase, alloc);
+      // -R: register the buffers, as nccl-tests does (1: local registration; 2: a symmetric window).
+      Registration& reg = registrations[static_cast<size_t>(&c - rc.data())];
+      if (o_.localRegister == 1) {
+        checkNccl(ncclCommRegister(c.comm, c.sendBase, alloc, &reg.send), "ncclCommRegister (send buffer)", c.rank);
+        checkNccl(ncclCommRegister(c.comm, c.recvBase, alloc, &reg.recv), "ncclCommRegister (receive buffer)", c.rank);
+      } else if (o_.localRegister == 2) {
+        checkNccl(ncclCommWindowRegister(c.comm, c.sendBase, alloc, &reg.sendWindow, NCCL_WIN_COLL_SYMMETRIC),
+                  "ncclCommWindowRegister (send buffer)", c.rank);
+        checkNccl(ncclCommWindowRegister(c.comm, c.recvBase, alloc, &reg.recvWindow, NCCL_WIN_COLL_SYMMETRIC),
+                  "ncclCommWindowRegister (receive buffer)", c.rank);
+      }
     }
 
     const std::vector<size_t> sizeList = sizes();
@@ -592,7 +828,18 @@ class Runner {
       }
     }
     barrierAll(thread);
+    {
+      std::lock_guard lock(commsMutex_);
+      std::erase_if(comms_, [&](const auto& entry) {
+        return std::any_of(rc.begin(), rc.end(), [&](const RankContext& c) { return c.comm == entry.first; });
+      });
+    }
     for (RankContext& c : rc) {
+      const Registration& reg = registrations[static_cast<size_t>(&c - rc.data())];
+      if (reg.send) checkNccl(ncclCommDeregister(c.comm, reg.send), "ncclCommDeregister (send buffer)", c.rank);
+      if (reg.recv) checkNccl(ncclCommDeregister(c.comm, reg.recv), "ncclCommDeregister (receive buffer)", c.rank);
+      if (reg.sendWindow) checkNccl(ncclCommWindowDeregister(c.comm, reg.sendWindow), "ncclCommWindowDeregister (send buffer)", c.rank);
+      if (reg.recvWindow) checkNccl(ncclCommWindowDeregister(c.comm, reg.recvWindow), "ncclCommWindowDeregister (receive buffer)", c.rank);
       if (o_.heap) {
         std::free(c.sendBase);
         std::free(c.recvBase);
@@ -613,8 +860,9 @@ class Runner {
 
   void placeBuffers(std::vector<RankContext>& rc, size_t paramCount, size_t eltSize, bool inPlace) {
     for (RankContext& c : rc) {
-      c.send = c.sendBase;
-      c.recv = c.recvBase;
+      const size_t offset = static_cast<size_t>(o_.unalign) * eltSize;  // -u: nccl-tests' misaligned buffers
+      c.send = c.sendBase + offset;
+      c.recv = c.recvBase + offset;
       if (inPlace) spec_.inPlace(c, paramCount, eltSize);
     }
   }
@@ -651,37 +899,67 @@ class Runner {
     row.type = t.name;
     row.op = op.name;
     row.root = root;
+    stallIfAsked(rc);
     for (int k = 0; k < 2; ++k) {
       const bool inPlace = k == 1;
+      const std::string what = std::string(spec_.name) + " of " + std::to_string(row.bytes) + " B " + t.name +
+                               (spec_.reduces ? std::string(" ") + op.name : "") +
+                               (root >= 0 ? " root " + std::to_string(root) : "") + (inPlace ? " in place" : " out of place");
       // Warm up right before timing, as perf/compare's mpi_perf and gloo_perf do. nccl-tests warms up once before
       // the first size; on a 2-core host the launcher forwarding the last printed row then lands in the first timed
       // call (a 100-500 us stall that doubled 2-rank small-message times, for OpenMPI too when run that way).
-      for (int w = 0; w < o_.warmup; ++w) iterate(rc, bytes, t, op.op, root, inPlace, thread);
+      for (int w = 0; w < o_.warmup; ++w) {
+        watch(thread, what + ", warm-up call " + std::to_string(w + 1));
+        iterate(rc, bytes, t, op.op, root, inPlace, thread);
+      }
+      watch(thread, what + ", waiting for the warm-up to complete");
       syncAll(rc);
+      unwatch(thread);
       barrierAll(thread);
       double excluded = 0;
+      std::vector<double>& iterTimes = threadIterTimes_[static_cast<size_t>(thread)];
+      iterTimes.assign(o_.perIter ? static_cast<size_t>(o_.iters) : 0, 0.0);
       const long switches0 = thread == 0 ? processContextSwitches() : 0;  // the process's threads run the loop together
+      if (watching()) watch(thread, what + ", timed iterations");
       const auto t0 = Clock::now();
       for (int i = 0; i < o_.iters; ++i) {
+        const auto i0 = o_.perIter ? Clock::now() : t0;
+        if (watching()) rewatch(thread, i);
         iterate(rc, bytes, t, op.op, root, inPlace, thread);
+        if (o_.perIter) {  // -I: each iteration to completion (on a GPU this waits for the streams each time)
+          syncAll(rc);
+          iterTimes[static_cast<size_t>(i)] = std::chrono::duration<double>(Clock::now() - i0).count();
+        }
         if (o_.blocking == 3) {  // barrier after each iteration, not counted
           const auto b0 = Clock::now();
           syncAll(rc);
+          unwatch(thread);
           barrierAll(thread);
           excluded += std::chrono::duration<double>(Clock::now() - b0).count();
         }
       }
+      const auto issued = Clock::now();  // -C: the calls are issued (host memory: also done)
       syncAll(rc);  // GPU calls return at once; the time is until the streams are done
-      const double seconds = std::chrono::duration<double>(Clock::now() - t0).count() - excluded;
+      unwatch(thread);
+      const auto end = o_.cputime ? issued : Clock::now();
+      const double seconds = std::chrono::duration<double>(end - t0).count() - excluded;
       double switches = thread == 0 ? static_cast<double>(processContextSwitches() - switches0) : 0;
       threadTimes_[static_cast<size_t>(thread)] = seconds / (o_.iters * o_.aggIters);
-      if (o_.check > 0) verify(rc, bytes, t, op.op, root, inPlace, thread);
+      if (o_.check > 0) {
+        watch(thread, what + ", checking the result");
+        verify(rc, bytes, t, op.op, root, inPlace, thread);
+        unwatch(thread);
+      }
       barrierAll(thread);
       if (thread == 0) {
         double local = 0, worst = 0, best = 1e300;
         for (double v : threadTimes_) local += v, worst = std::max(worst, v), best = std::min(best, v);
         double time = threadTimes_[0];
         long long wrong = wrong_.exchange(0);
+        // -I: each iteration's time is its slowest rank's: the max over this process's threads, then over processes.
+        std::vector<double> slowest(o_.perIter ? static_cast<size_t>(o_.iters) : 0, 0.0);
+        for (const std::vector<double>& times : threadIterTimes_)
+          for (size_t i = 0; i < slowest.size(); ++i) slowest[i] = std::max(slowest[i], times[i]);
 #ifdef TOPOCCL_PERF_MPI
         double sum = 0, mx = 0, mn = 0;
         MPI_Allreduce(&local, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
@@ -695,6 +973,8 @@ class Runner {
         MPI_Allreduce(&switches, &allSwitches, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
         switches = allSwitches;
         local = sum, worst = mx, best = mn;
+        if (!slowest.empty())
+          MPI_Allreduce(MPI_IN_PLACE, slowest.data(), static_cast<int>(slowest.size()), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
 #endif
         const int threadsAll = nprocs_ * o_.threads;
         time = o_.average == 0 ? time : o_.average == 2 ? best : o_.average == 3 ? worst : local / threadsAll;
@@ -705,14 +985,41 @@ class Runner {
         row.busbw[k] = algbw * spec_.busFactor(nranks_);
         row.wrong[k] = o_.check > 0 ? wrong : -1;
         if (o_.switches) row.switchesPerCall[k] = switches / (o_.iters * o_.aggIters);
+        // With -m, one iteration is a group of -m calls: per call, as the time column.
+        if (o_.perIter) {
+          for (double& v : slowest) v /= o_.aggIters;
+          row.iter[k] = iterStats(std::move(slowest), o_.perIterSkip);
+        }
         totalWrong_ += std::max(0LL, row.wrong[k]);
       }
     }
     if (thread == 0) {
       if (o_.predict && printing()) predictRow(rc[0].comm, row);
+      if (o_.timestamps) row.timestamp = nowText();
       rows_.push_back(row);
       printRow(row);
     }
+  }
+
+  // What a check zeroes of the receive allocation before the call: the buffer, -u's offset and 64 guard bytes.
+  size_t zeroedBytes(size_t se, size_t re, size_t eltSize) const {
+    return std::max(se, re) * eltSize + static_cast<size_t>(o_.unalign) * eltSize + 64;
+  }
+
+  // Out of place the receive buffer sits alone in its allocation, after -u's offset: a byte the call wrote
+  // before it or past its end (up to the zeroed guard) is a wrong value too, counted with the elements.
+  long long bytesWrittenAround(const RankContext& c, size_t recvBytes, size_t zeroed, bool injectHere) {
+    const size_t before = static_cast<size_t>(c.recv - c.recvBase);
+    if (c.recv < c.recvBase || before + recvBytes > zeroed) return 0;  // not inside the receive allocation
+    std::vector<char> guard(zeroed - recvBytes);
+    mem_.download(guard.data(), c.recvBase, before);
+    mem_.download(guard.data() + before, c.recv + recvBytes, zeroed - before - recvBytes);
+    if (o_.injectError && injectHere) guard.back() = 1;  // proves this check can fail
+    const auto written = std::count_if(guard.begin(), guard.end(), [](char b) { return b != 0; });
+    if (written > 0)
+      std::fprintf(stderr, "%s: rank %d: %lld byte(s) written outside the %zu-byte receive buffer (%zu guard bytes before, %zu after)\n",
+                   program_.c_str(), c.rank, static_cast<long long>(written), recvBytes, before, zeroed - before - recvBytes);
+    return written;
   }
 
   void verify(std::vector<RankContext>& rc, size_t bytes, const TypeInfo& t, ncclRedOp_t op, int root, bool inPlace, int thread) {
@@ -727,7 +1034,7 @@ class Runner {
       placeBuffers(rc, pc, t.size, inPlace);
       std::vector<char> staged;  // one rank's input, built on the host
       for (RankContext& c : rc) {
-        mem_.zero(c.recvBase, std::max(se, re) * t.size + 64);
+        mem_.zero(c.recvBase, zeroedBytes(se, re, t.size));
         // In place, the send data lives inside the receive allocation: fill through the placed pointer.
         staged.assign(se * t.size, 0);
         for (size_t j = 0; j < se; ++j) store(staged.data(), j, t.type, inputValue(c.rank, j, &st));
@@ -752,6 +1059,7 @@ class Runner {
           const double tol = (op == ncclAvg && t.isFloat) ? std::abs(want) * (t.size == 2 ? 1e-2 : 1e-6) : 0.0;
           if (!(std::abs(got - want) <= tol)) ++bad;
         }
+        if (!inPlace) bad += bytesWrittenAround(c, re * t.size, zeroedBytes(se, re, t.size), &c == &rc[0]);
       }
       wrong_ += bad;
     }
@@ -810,21 +1118,24 @@ int runPerf(const CollectiveSpec& spec, int argc, char** argv) {
                "after each row, the context switches per call of all ranks' processes in the timed loop (getrusage)");
   app.add_flag("--predict", o.predict,
                "after each row, the plan that ran, the cost model's time for it and measured/predicted");
+  app.add_option("-u,--unalign", o.unalign, "buffers start this many elements past their allocation (misaligned)");
+  app.add_option("-I,--per_iter_timing", o.perIter,
+                 "1: each iteration timed on its own (the slowest rank's), adding i_min, i_max, i_p99 and i_cv% per block");
+  app.add_option("-K,--per_iter_skip", o.perIterSkip, "-I's statistics leave out the first K iterations");
+  app.add_option("-S,--report_timestamps", o.timestamps, "1: a timestamp column after each row");
+  app.add_option("-C,--report_cputime", o.cputime, "1: the time to issue the calls instead of until they complete (--gpu: enqueue time)");
+  app.add_option("-R,--local_register", o.localRegister, "1: ncclCommRegister every buffer; 2: ncclCommWindowRegister (symmetric)");
+  app.add_option("-T,--timeout", o.timeout,
+                 "seconds a call may wait before the run aborts its communicators and fails with 'Test timeout' (0: none)");
+  app.add_option("--stall-rank", o.stallRank, "test -T: this rank stops calling before its first size")->group("");
   // GPU-only nccl-tests flags, accepted so existing command lines run; host memory has nothing to configure.
   app.add_option("-p,--parallel_init", o.parallelInit, "accepted; creation is always parallel");
   app.add_option("-y,--stream_null", o.streamNull, "accepted (no streams on host memory)");
   app.add_option("-G,--cudagraph", o.graph, "accepted (no CUDA graphs on host memory)");
-  app.add_option("-C,--report_cputime", o.cputime, "accepted (host time is what is reported)");
-  app.add_option("-R,--local_register", o.localRegister, "accepted");
-  app.add_option("-S,--report_timestamps", o.timestamps, "accepted");
   app.add_option("-M,--memory", o.memory, "accepted");
-  app.add_option("-u,--unalign", o.unalign, "accepted");
-  app.add_option("-I,--per_iter_timing", o.perIter, "accepted");
-  app.add_option("-K,--per_iter_skip", o.perIterSkip, "accepted");
   app.add_option("-x,--cta_policy", o.ctaPolicy, "accepted");
   app.add_option("-D,--device_implementation", o.deviceImpl, "accepted");
   app.add_option("-V,--device_cta_count", o.deviceCtas, "accepted");
-  app.add_option("-T,--timeout", o.timeout, "accepted; a dead peer already becomes an error (TOPOCCL timeouts)");
   try {
     app.parse(argc, argv);
     // ncclMemAlloc's memory, unless the caller chose: the GPU's with --gpu, else host memory, which these

@@ -35,7 +35,8 @@ struct CollectiveSpec {
   // algbw's S in bytes and the busbw factor.
   double (*algBytes)(size_t paramCount, size_t eltSize, int nranks);
   double (*busFactor)(int nranks);
-  // In place: where send and recv point inside the allocations (nccl-tests' conventions).
+  // In place: moves send or recv, as placed for out of place (allocation + the -u offset), so that one aliases
+  // into the other (nccl-tests' conventions).
   void (*inPlace)(RankContext& rc, size_t paramCount, size_t eltSize);
   // The call (inside the caller's group when -m > 1).
   ncclResult_t (*run)(const RankContext& rc, size_t paramCount, ncclDataType_t type, ncclRedOp_t op, int root);
