@@ -180,7 +180,7 @@ note_load() {
   echo "env for every rank: ${MALLOC_ENV:-(none)}"
   echo "gloo_budget: $GLOO_BUDGET s  run_timeout: $RUN_TIMEOUT s  lat_max: $LAT_MAX_B"
 } > "$OUT/meta.txt"
-printf 'system\tnp\tcoll\tband\trep\trc\tseconds\n' > "$OUT/runs.tsv"
+printf 'system\tnp\tcoll\tband\trep\trc\tseconds\thandoff_us\n' > "$OUT/runs.tsv"
 
 # ---- ceilings --------------------------------------------------------------------------------
 if [ "$CEILINGS" = 1 ]; then
@@ -223,12 +223,16 @@ launch() {  # system np coll band rep
     *) die "unknown system $sys" ;;
   esac
   echo "$(date -u +%T) ${cmd[*]}" > "$OUT/logs/$name.log"
+  # The machine's mode right before the launch: this VM's two vCPUs move a cache line between them in 0.03, 0.08 or
+  # 0.3 us at different times, and every time measured moves with it (targets.py shows it beside each miss). 10 ms.
+  local handoff
+  handoff=$(timeout 10 "$BIN/ceilings" shm -p 20 2>/dev/null | awk -F, '$1 == "shm" {print $5}') || handoff=""
   local t0=$SECONDS rc
   timeout "$RUN_TIMEOUT" "${cmd[@]}" > "$OUT/raw/$name.csv" 2>> "$OUT/logs/$name.log"
   rc=$?
   local dt=$((SECONDS - t0))
   [ -n "$store" ] && rm -rf "$store"; CUR_STORE=""
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$sys" "$np" "$coll" "$band" "$rep" "$rc" "$dt" >> "$OUT/runs.tsv"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$sys" "$np" "$coll" "$band" "$rep" "$rc" "$dt" "${handoff:-NA}" >> "$OUT/runs.tsv"
   local rows; rows=$(grep -c "^$coll," "$OUT/raw/$name.csv" 2>/dev/null) || rows=0
   printf '    %-11s np=%s %-14s %-5s r%s  %3ss  %2s rows  rc=%s\n' "$sys" "$np" "$coll" "$band" "$rep" "$dt" "$rows" "$rc"
   if [ "$rc" != 0 ]; then
