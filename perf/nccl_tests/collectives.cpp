@@ -1,4 +1,4 @@
-// The nine nccl-tests collectives: sizes, nccl-tests' buffer conventions (in place included), busbw factors
+// The eleven nccl-tests collectives: sizes, nccl-tests' buffer conventions (in place included), busbw factors
 // (reference/nccl.md §7) and each output element's expected value, computed from the inputs independently of
 // the library. perf_main.cpp picks one by TOPOCCL_PERF_SPEC.
 #include "collectives.hpp"
@@ -31,6 +31,20 @@ void sendInsideRecv(RankContext& c, size_t pc, size_t elt) { c.send = c.recv + s
 // The rank's own block inside the gathered send buffer (ReduceScatter, Scatter).
 void recvInsideSend(RankContext& c, size_t pc, size_t elt) { c.recv = c.send + static_cast<size_t>(c.rank) * pc * elt; }
 
+// alltoallv's count from sender to receiver: count, 3/4 or 1/2 of it.
+size_t vcount(size_t pc, int sender, int receiver) {
+  return pc - static_cast<size_t>((sender + 2 * receiver) % 3) * (pc / 4);
+}
+
+size_t typeBytes(ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    default: return 8;  // ncclInt64, ncclUint64, ncclFloat64
+  }
+}
+
 }  // namespace
 
 const CollectiveSpec kAllReduce{
@@ -43,7 +57,8 @@ const CollectiveSpec kAllReduce{
     [](int, int n, size_t i, size_t, int, ncclRedOp_t op, Input in, void* st, double& v) {
       v = reduceValues(op, n, in, st, i);
       return true;
-    }};
+    },
+    false, false};
 
 const CollectiveSpec kAllGather{
     "all_gather", false, false,
@@ -55,7 +70,8 @@ const CollectiveSpec kAllGather{
     [](int, int, size_t i, size_t pc, int, ncclRedOp_t, Input in, void* st, double& v) {
       v = in(static_cast<int>(i / pc), i % pc, st);
       return true;
-    }};
+    },
+    false, false};
 
 const CollectiveSpec kReduceScatter{
     "reduce_scatter", true, false,
@@ -67,7 +83,8 @@ const CollectiveSpec kReduceScatter{
     [](int rank, int n, size_t i, size_t pc, int, ncclRedOp_t op, Input in, void* st, double& v) {
       v = reduceValues(op, n, in, st, static_cast<size_t>(rank) * pc + i);
       return true;
-    }};
+    },
+    false, false};
 
 const CollectiveSpec kAlltoAll{
     "alltoall", false, false,
@@ -79,7 +96,8 @@ const CollectiveSpec kAlltoAll{
     [](int rank, int, size_t i, size_t pc, int, ncclRedOp_t, Input in, void* st, double& v) {
       v = in(static_cast<int>(i / pc), static_cast<size_t>(rank) * pc + i % pc, st);
       return true;
-    }};
+    },
+    false, false};
 
 const CollectiveSpec kBroadcast{
     "broadcast", false, true,
@@ -91,7 +109,8 @@ const CollectiveSpec kBroadcast{
     [](int, int, size_t i, size_t, int root, ncclRedOp_t, Input in, void* st, double& v) {
       v = in(root, i, st);
       return true;
-    }};
+    },
+    false, false};
 
 const CollectiveSpec kReduce{
     "reduce", true, true,
@@ -104,7 +123,8 @@ const CollectiveSpec kReduce{
       if (rank != root) return false;
       v = reduceValues(op, n, in, st, i);
       return true;
-    }};
+    },
+    false, false};
 
 // Each rank sends to rank + 1 and receives from rank - 1 in one group (nccl-tests' sendrecv).
 const CollectiveSpec kSendRecv{
@@ -122,7 +142,8 @@ const CollectiveSpec kSendRecv{
     [](int rank, int n, size_t i, size_t, int, ncclRedOp_t, Input in, void* st, double& v) {
       v = in((rank + n - 1) % n, i, st);
       return true;
-    }};
+    },
+    false, false};
 
 const CollectiveSpec kGather{
     "gather", false, true,
@@ -135,7 +156,8 @@ const CollectiveSpec kGather{
       if (rank != root) return false;
       v = in(static_cast<int>(i / pc), i % pc, st);
       return true;
-    }};
+    },
+    false, false};
 
 const CollectiveSpec kScatter{
     "scatter", false, true,
@@ -147,6 +169,77 @@ const CollectiveSpec kScatter{
     [](int rank, int, size_t i, size_t pc, int root, ncclRedOp_t, Input in, void* st, double& v) {
       v = in(root, static_cast<size_t>(rank) * pc + i, st);
       return true;
-    }};
+    },
+    false, false};
+
+// alltoallv: every rank sends to every rank (itself too) with ncclSend/ncclRecv in one group, as nccl-tests'
+// alltoallv, into blocks of count elements. The counts vary by pair (count, 3/4 or 1/2 of it, by (sender + 2 x
+// receiver) mod 3), so the receiver must not write past what each peer sent: the rest of each block stays zero.
+// algbw counts the largest a rank may move (count x n), as nccl-tests. In place has no meaning for it (nccl-tests
+// does not check it): separate buffers, as out of place.
+const CollectiveSpec kAlltoAllv{
+    "alltoallv", false, false,
+    [](size_t b, size_t e, int n, size_t& pc, size_t& se, size_t& re) { splitCounts(b, e, n, pc, true, true, se, re); },
+    gatheredBytes, ringFactor,
+    [](RankContext&, size_t, size_t) {},
+    [](const RankContext& c, size_t pc, ncclDataType_t t, ncclRedOp_t, int) {
+      const size_t block = pc * static_cast<size_t>(typeBytes(t));
+      ncclResult_t r = ncclGroupStart();
+      for (int peer = 0; peer < c.nranks && r == ncclSuccess; ++peer) {
+        r = ncclSend(c.send + static_cast<size_t>(peer) * block, vcount(pc, c.rank, peer), t, peer, c.comm, c.stream);
+        if (r == ncclSuccess)
+          r = ncclRecv(c.recv + static_cast<size_t>(peer) * block, vcount(pc, peer, c.rank), t, peer, c.comm, c.stream);
+      }
+      const ncclResult_t end = ncclGroupEnd();
+      return r != ncclSuccess ? r : end;
+    },
+    [](int rank, int, size_t i, size_t pc, int, ncclRedOp_t, Input in, void* st, double& v) {
+      const int sender = static_cast<int>(i / pc);
+      const size_t offset = i % pc;
+      v = offset < vcount(pc, sender, rank) ? in(sender, static_cast<size_t>(rank) * pc + offset, st) : 0.0;
+      return true;
+    },
+    false, false};
+
+// hypercube: an all-gather by log2(n) rounds of send/recv, round k exchanging 2^k blocks with rank ^ 2^k, each
+// round its own group (nccl-tests' hypercube). The own block goes in by a send to itself (nccl-tests copies it
+// with cudaMemcpyAsync). Counts are multiples of 4 elements; algbw counts the (n - 1) blocks received, busbw = algbw.
+const CollectiveSpec kHyperCube{
+    "hypercube", false, false,
+    [](size_t b, size_t e, int n, size_t& pc, size_t& se, size_t& re) {
+      pc = b / e / (4 * static_cast<size_t>(n)) * 4;
+      se = pc;
+      re = pc * static_cast<size_t>(n);
+    },
+    [](size_t pc, size_t elt, int n) { return static_cast<double>(pc * elt) * (n - 1); }, [](int n) { return one(n); },
+    sendInsideRecv,
+    [](const RankContext& c, size_t pc, ncclDataType_t t, ncclRedOp_t, int) {
+      const size_t block = pc * static_cast<size_t>(typeBytes(t));
+      ncclResult_t r = ncclSuccess;
+      char* own = c.recv + static_cast<size_t>(c.rank) * block;
+      if (own != c.send) {
+        r = ncclGroupStart();
+        if (r == ncclSuccess) r = ncclSend(c.send, pc, t, c.rank, c.comm, c.stream);
+        if (r == ncclSuccess) r = ncclRecv(own, pc, t, c.rank, c.comm, c.stream);
+        const ncclResult_t end = ncclGroupEnd();
+        if (r == ncclSuccess) r = end;
+      }
+      for (int mask = 1; mask < c.nranks && r == ncclSuccess; mask <<= 1) {
+        const int first = c.rank & ~(mask - 1);  // the blocks this rank holds so far
+        const int theirs = first ^ mask;
+        const size_t n = pc * static_cast<size_t>(mask);
+        r = ncclGroupStart();
+        if (r == ncclSuccess) r = ncclSend(c.recv + static_cast<size_t>(first) * block, n, t, c.rank ^ mask, c.comm, c.stream);
+        if (r == ncclSuccess) r = ncclRecv(c.recv + static_cast<size_t>(theirs) * block, n, t, c.rank ^ mask, c.comm, c.stream);
+        const ncclResult_t end = ncclGroupEnd();
+        if (r == ncclSuccess) r = end;
+      }
+      return r;
+    },
+    [](int, int, size_t i, size_t pc, int, ncclRedOp_t, Input in, void* st, double& v) {
+      v = in(static_cast<int>(i / pc), i % pc, st);
+      return true;
+    },
+    true, true};
 
 }  // namespace topoccl::perf

@@ -5,6 +5,6 @@
 namespace topoccl::perf {
 
 extern const CollectiveSpec kAllReduce, kAllGather, kReduceScatter, kAlltoAll, kBroadcast, kReduce, kSendRecv, kGather,
-    kScatter;
+    kScatter, kAlltoAllv, kHyperCube;
 
 }  // namespace topoccl::perf

@@ -352,6 +352,9 @@ class Runner {
     MPI_Allgather(&me, sizeof me, MPI_BYTE, processNames_.data(), sizeof me, MPI_BYTE, MPI_COMM_WORLD);
 #endif
     nranks_ = nprocs_ * o_.threads * o_.gpus;
+    if (spec_.ungroupable && (o_.gpus > 1 || o_.aggIters > 1))
+      die(program_ + ": its rounds depend on each other and cannot share a group: -g/--ngpus (" + std::to_string(o_.gpus) +
+          ") and -m/--agg_iters (" + std::to_string(o_.aggIters) + ") must be 1; use processes or -t threads");
     if (spec_.rooted) {
       if (o_.root == "all") {
         for (int r = 0; r < nranks_; ++r) roots_.push_back(r);
@@ -817,7 +820,11 @@ class Runner {
       }
     }
 
-    const std::vector<size_t> sizeList = sizes();
+    std::vector<size_t> sizeList = sizes();
+    if (spec_.powerOfTwoRanks && (nranks_ & (nranks_ - 1)) != 0) {
+      if (printing() && thread == 0 && !o_.csv && !o_.json) std::printf("nRanks %d is not a power of 2, skipping\n", nranks_);
+      sizeList.clear();  // as nccl-tests: nothing to run, the footer still closes the output
+    }
     for (int cycle = 0; o_.cycles == 0 || cycle < o_.cycles; ++cycle) {
       for (const TypeInfo& t : types_) {
         for (const OpInfo& op : ops_) {

@@ -44,6 +44,10 @@ struct CollectiveSpec {
   // Returns false where the element is not defined by the collective (e.g. a non-root's reduce output).
   bool (*expected)(int rank, int nranks, size_t i, size_t paramCount, int root, ncclRedOp_t op,
                    double (*input)(int r, size_t j, void* state), void* state, double& value);
+  // hypercube: rank counts that are not a power of two are skipped (nccl-tests prints so and runs nothing).
+  bool powerOfTwoRanks;
+  // hypercube: run() issues rounds that depend on each other, so it cannot sit inside a group (-g or -m > 1).
+  bool ungroupable;
 };
 
 int runPerf(const CollectiveSpec& spec, int argc, char** argv);
