@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -227,111 +228,153 @@ ncclResult_t call(const Case& c, const void* send, void* recv, ncclRedOp_t op, n
   return ncclInternalError;
 }
 
-int runCase(int rank, int nranks, ncclComm_t comm, const Case& c, uint64_t seed) {
-  const size_t elem = dataTypeSize(c.type);
-  const size_t inElems = inputElems(c.coll, c.count, nranks);
-  const size_t outElems = outputElems(c.coll, c.count, nranks);
-  Checker check(rank, c, nranks, seed);
+// One case's buffers and reference inputs, from set-up through the call to the check, so that several cases can
+// go into one group.
+class PreparedCase {
+ public:
+  PreparedCase(int rank, int nranks, ncclComm_t comm, const Case& c, uint64_t seed)
+      : rank_(rank), nranks_(nranks), comm_(comm), c_(c), check_(rank, c, nranks, seed) {
+    const size_t elem = dataTypeSize(c.type);
+    const size_t inElems = inputElems(c.coll, c.count, nranks);
+    const size_t outElems = outputElems(c.coll, c.count, nranks);
+    inputs_.resize(static_cast<size_t>(nranks));
+    for (int r = 0; r < nranks; ++r)
+      inputs_[r] = reduces(c.coll) ? makeInput(c.type, c.op, c.premul, inElems, seed, r) : randomBytes(inElems * elem, seed, r);
 
-  std::vector<std::vector<char>> inputs(nranks);
-  for (int r = 0; r < nranks; ++r)
-    inputs[r] = reduces(c.coll) ? makeInput(c.type, c.op, c.premul, inElems, seed, r)
-                                : randomBytes(inElems * elem, seed, r);
-
-  // PreMulSum with a host-immediate scalar: a small integer keeps integer types exact.
-  ncclRedOp_t op = c.op;
-  double premulScalar = 1;
-  if (c.premul) {
-    unsigned char scalar[8] = {};
-    premulScalar = isFloatingPoint(c.type) ? 0.5 : 3;
-    storeFromDouble(c.type, scalar, 0, premulScalar);
-    premulScalar = loadAsDouble(c.type, scalar, 0);
-    if (ncclRedOpCreatePreMulSum(&op, scalar, static_cast<ncclDataType_t>(c.type), ncclScalarHostImmediate, comm) !=
-        ncclSuccess) {
-      check.fail(0, "ncclRedOpCreatePreMulSum failed", ncclGetLastError(nullptr));
-      return check.failures();
+    // PreMulSum with a host-immediate scalar: a small integer keeps integer types exact.
+    op_ = c.op;
+    if (c.premul) {
+      unsigned char scalar[8] = {};
+      premulScalar_ = isFloatingPoint(c.type) ? 0.5 : 3;
+      storeFromDouble(c.type, scalar, 0, premulScalar_);
+      premulScalar_ = loadAsDouble(c.type, scalar, 0);
+      if (ncclRedOpCreatePreMulSum(&op_, scalar, static_cast<ncclDataType_t>(c.type), ncclScalarHostImmediate, comm) !=
+          ncclSuccess) {
+        check_.fail(0, "ncclRedOpCreatePreMulSum failed", ncclGetLastError(nullptr));
+        ready_ = false;
+        return;
+      }
+      opCreated_ = true;
     }
+
+    hasOutput_ = !((c.coll == Coll::Reduce || c.coll == Coll::Gather) && rank != c.root);
+    const bool hasInput = !((c.coll == Coll::Broadcast || c.coll == Coll::Scatter) && rank != c.root);
+    sendBuf_.assign(inElems * elem + 1, 0);
+    recvBuf_.assign(outElems * elem + 1, 0);
+    recvBuf_.back() = kGuard;
+    send_ = sendBuf_.data();
+    recv_ = recvBuf_.data();
+    if (inElems > 0) std::memcpy(sendBuf_.data(), inputs_[rank].data(), inElems * elem);
+
+    if (c.inPlace) {
+      // NCCL's in-place layouts: the input lives inside the output (or the reverse).
+      switch (c.coll) {
+        case Coll::AllGather:
+          if (inElems > 0) std::memcpy(recvBuf_.data() + rank * c.count * elem, inputs_[rank].data(), inElems * elem);
+          send_ = recvBuf_.data() + rank * c.count * elem;
+          break;
+        case Coll::ReduceScatter:
+          recv_ = sendBuf_.data() + rank * c.count * elem;
+          break;
+        case Coll::Gather:
+          if (rank == c.root) {
+            if (inElems > 0) std::memcpy(recvBuf_.data() + rank * c.count * elem, inputs_[rank].data(), inElems * elem);
+            send_ = recvBuf_.data() + rank * c.count * elem;
+          }
+          break;
+        case Coll::Scatter:
+          if (rank == c.root) recv_ = sendBuf_.data() + rank * c.count * elem;
+          break;
+        default:
+          if (hasOutput_ && inElems == outElems) {
+            if (inElems > 0) std::memcpy(recvBuf_.data(), inputs_[rank].data(), inElems * elem);
+            send_ = recvBuf_.data();
+          }
+          break;
+      }
+    }
+    if (!hasOutput_ && c.coll == Coll::Reduce) recv_ = nullptr;  // non-roots may pass NULL
+    if (!hasInput) send_ = c.inPlace ? recv_ : nullptr;
+  }
+  PreparedCase(const PreparedCase&) = delete;
+  PreparedCase& operator=(const PreparedCase&) = delete;
+  ~PreparedCase() {
+    if (opCreated_) ncclRedOpDestroy(op_, comm_);
   }
 
-  const bool hasOutput = !((c.coll == Coll::Reduce || c.coll == Coll::Gather) && rank != c.root);
-  const bool hasInput = !((c.coll == Coll::Broadcast || c.coll == Coll::Scatter) && rank != c.root);
-  std::vector<char> sendBuf(inElems * elem + 1), recvBuf(outElems * elem + 1);
-  const char guard = 0x5a;
-  recvBuf.back() = guard;
-  const void* send = sendBuf.data();
-  void* recv = recvBuf.data();
-  if (inElems > 0) std::memcpy(sendBuf.data(), inputs[rank].data(), inElems * elem);
+  // Issues the call (inside the caller's group, if any); false when it failed.
+  bool issue() {
+    if (!ready_) return false;
+    if (call(c_, send_, recv_, op_, comm_) == ncclSuccess) return true;
+    check_.fail(0, std::string("call failed: ") + ncclGetLastError(nullptr), "ncclSuccess");
+    ready_ = false;
+    return false;
+  }
 
-  if (c.inPlace) {
-    // NCCL's in-place layouts: the input lives inside the output (or the reverse).
+  // After the call (and the group) returned: the output against the reference. Returns the failed checks.
+  int check() {
+    if (!ready_ || !hasOutput_) return check_.failures();
+    const Case& c = c_;
+    const size_t elem = dataTypeSize(c.type);
+    const size_t outElems = outputElems(c.coll, c.count, nranks_);
+    const char* out = static_cast<const char*>(recv_);
+    if (c.inPlace && c.coll == Coll::ReduceScatter) out = sendBuf_.data() + rank_ * c.count * elem;
+    if (recvBuf_.back() != kGuard) check_.fail(outElems, "overwritten guard byte", "untouched");
+
+    auto expectBytes = [&](size_t outIndex, const std::vector<char>& src, size_t srcIndex) {
+      if (std::memcmp(out + outIndex * elem, src.data() + srcIndex * elem, elem) != 0)
+        check_.fail(outIndex, "different bytes", "rank input element " + std::to_string(srcIndex));
+    };
+    const size_t n = c.count;
+    const size_t me = static_cast<size_t>(rank_);
     switch (c.coll) {
-      case Coll::AllGather:
-        if (inElems > 0) std::memcpy(recvBuf.data() + rank * c.count * elem, inputs[rank].data(), inElems * elem);
-        send = recvBuf.data() + rank * c.count * elem;
+      case Coll::AllReduce:
+      case Coll::Reduce:
+        for (size_t i = 0; i < n; ++i) checkReduced(check_, c, nranks_, inputs_, i, out, i, premulScalar_);
         break;
       case Coll::ReduceScatter:
-        recv = sendBuf.data() + rank * c.count * elem;
+        for (size_t i = 0; i < n; ++i) checkReduced(check_, c, nranks_, inputs_, me * n + i, out, i, premulScalar_);
         break;
+      case Coll::AllGather:
       case Coll::Gather:
-        if (rank == c.root) {
-          if (inElems > 0) std::memcpy(recvBuf.data() + rank * c.count * elem, inputs[rank].data(), inElems * elem);
-          send = recvBuf.data() + rank * c.count * elem;
-        }
+        for (int q = 0; q < nranks_; ++q)
+          for (size_t i = 0; i < n; ++i) expectBytes(q * n + i, inputs_[q], i);
+        break;
+      case Coll::Broadcast:
+        for (size_t i = 0; i < n; ++i) expectBytes(i, inputs_[c.root], i);
+        break;
+      case Coll::AllToAll:
+        for (int q = 0; q < nranks_; ++q)
+          for (size_t i = 0; i < n; ++i) expectBytes(q * n + i, inputs_[q], me * n + i);
         break;
       case Coll::Scatter:
-        if (rank == c.root) recv = sendBuf.data() + rank * c.count * elem;
-        break;
-      default:
-        if (hasOutput && inElems == outElems) {
-          if (inElems > 0) std::memcpy(recvBuf.data(), inputs[rank].data(), inElems * elem);
-          send = recvBuf.data();
-        }
+        for (size_t i = 0; i < n; ++i) expectBytes(i, inputs_[c.root], me * n + i);
         break;
     }
+    return check_.failures();
   }
-  if (!hasOutput && c.coll == Coll::Reduce) recv = nullptr;  // non-roots may pass NULL
-  if (!hasInput) send = c.inPlace ? recv : nullptr;
 
-  if (call(c, send, recv, op, comm) != ncclSuccess) {
-    check.fail(0, std::string("call failed: ") + ncclGetLastError(nullptr), "ncclSuccess");
-    return check.failures();
-  }
-  if (c.premul) ncclRedOpDestroy(op, comm);
-  if (!hasOutput) return check.failures();
-  const char* out = static_cast<const char*>(recv);
-  if (c.inPlace && c.coll == Coll::ReduceScatter) out = sendBuf.data() + rank * c.count * elem;
-  if (recvBuf.back() != guard) check.fail(outElems, "overwritten guard byte", "untouched");
+  int failures() const { return check_.failures(); }
 
-  auto expectBytes = [&](size_t outIndex, const std::vector<char>& src, size_t srcIndex) {
-    if (std::memcmp(out + outIndex * elem, src.data() + srcIndex * elem, elem) != 0)
-      check.fail(outIndex, "different bytes", "rank input element " + std::to_string(srcIndex));
-  };
-  const size_t n = c.count;
-  switch (c.coll) {
-    case Coll::AllReduce:
-    case Coll::Reduce:
-      for (size_t i = 0; i < n; ++i) checkReduced(check, c, nranks, inputs, i, out, i, premulScalar);
-      break;
-    case Coll::ReduceScatter:
-      for (size_t i = 0; i < n; ++i) checkReduced(check, c, nranks, inputs, rank * n + i, out, i, premulScalar);
-      break;
-    case Coll::AllGather:
-    case Coll::Gather:
-      for (int q = 0; q < nranks; ++q)
-        for (size_t i = 0; i < n; ++i) expectBytes(q * n + i, inputs[q], i);
-      break;
-    case Coll::Broadcast:
-      for (size_t i = 0; i < n; ++i) expectBytes(i, inputs[c.root], i);
-      break;
-    case Coll::AllToAll:
-      for (int q = 0; q < nranks; ++q)
-        for (size_t i = 0; i < n; ++i) expectBytes(q * n + i, inputs[q], rank * n + i);
-      break;
-    case Coll::Scatter:
-      for (size_t i = 0; i < n; ++i) expectBytes(i, inputs[c.root], rank * n + i);
-      break;
-  }
-  return check.failures();
+ private:
+  static constexpr char kGuard = 0x5a;
+  int rank_, nranks_;
+  ncclComm_t comm_;
+  Case c_;
+  Checker check_;
+  std::vector<std::vector<char>> inputs_;
+  std::vector<char> sendBuf_, recvBuf_;
+  const void* send_ = nullptr;
+  void* recv_ = nullptr;
+  ncclRedOp_t op_ = ncclSum;
+  double premulScalar_ = 1;
+  bool opCreated_ = false, hasOutput_ = true, ready_ = true;
+};
+
+int runCase(int rank, int nranks, ncclComm_t comm, const Case& c, uint64_t seed) {
+  PreparedCase prepared(rank, nranks, comm, c, seed);
+  prepared.issue();
+  return prepared.check();
 }
 
 }  // namespace
@@ -375,6 +418,114 @@ int runCollectiveMatrix(int rank, int nranks, ncclComm_t comm, const MatrixOptio
       const size_t large = blocks ? 786433 / nranks : 786433;  // 786433 is prime
       run({coll, DataType::Float32, ncclSum, false, large, false, root});
       run({coll, DataType::Bfloat16, ncclSum, false, large / 3 + 1, true, root});
+    }
+  }
+  return failures;
+}
+
+// A point-to-point shift for the random sequence: every rank sends `count` bytes to rank + distance and receives
+// as many from rank - distance (one send and one receive, issued inside the caller's group).
+class PreparedShift {
+ public:
+  PreparedShift(int rank, int nranks, ncclComm_t comm, size_t bytes, int distance, uint64_t seed)
+      : rank_(rank), nranks_(nranks), comm_(comm), bytes_(bytes), distance_(distance), seed_(seed) {
+    send_ = randomBytes(bytes, seed, rank);
+    recv_.assign(bytes + 1, 0);
+    recv_.back() = 0x5a;
+  }
+  void issue() {
+    const int to = (rank_ + distance_) % nranks_, from = (rank_ + nranks_ - distance_) % nranks_;
+    if (ncclSend(send_.data(), bytes_, ncclUint8, to, comm_, nullptr) != ncclSuccess ||
+        ncclRecv(recv_.data(), bytes_, ncclUint8, from, comm_, nullptr) != ncclSuccess) {
+      std::fprintf(stderr, "rank %d FAIL shift of %zu bytes by %d: %s\n", rank_, bytes_, distance_, ncclGetLastError(nullptr));
+      failed_ = true;
+    }
+  }
+  int check() {
+    if (failed_) return 1;
+    const int from = (rank_ + nranks_ - distance_) % nranks_;
+    const std::vector<char> want = randomBytes(bytes_, seed_, from);
+    int bad = std::memcmp(recv_.data(), want.data(), bytes_) != 0;
+    bad += recv_.back() != 0x5a;
+    if (bad)
+      std::fprintf(stderr, "rank %d FAIL shift of %zu bytes by %d seed=%llu: wrong bytes from rank %d or past the buffer\n", rank_,
+                   bytes_, distance_, static_cast<unsigned long long>(seed_), from);
+    return bad;
+  }
+
+ private:
+  int rank_, nranks_;
+  ncclComm_t comm_;
+  size_t bytes_;
+  int distance_;
+  uint64_t seed_;
+  std::vector<char> send_, recv_;
+  bool failed_ = false;
+};
+
+int runRandomSequence(int rank, int nranks, ncclComm_t comm, uint64_t seed, int calls) {
+  static const DataType allTypes[] = {DataType::Int8,    DataType::Uint8,    DataType::Int32,      DataType::Uint32,
+                                      DataType::Int64,   DataType::Uint64,   DataType::Float16,    DataType::Float32,
+                                      DataType::Float64, DataType::Bfloat16, DataType::Float8e4m3, DataType::Float8e5m2};
+  static const ncclRedOp_t allOps[] = {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg};
+  // Bytes where the plan or the transport changes (tree, direct and recursive-doubling limits, slices, the shm
+  // ring's fragments, 2-rank recursive doubling's end), met exactly and one element either side.
+  static const size_t edges[] = {32 << 10, 64 << 10, 512 << 10, 1 << 20, 4 << 20};
+  std::mt19937_64 gen(seed);  // every rank draws the same sequence
+  auto draw = [&] {
+    Case c{};
+    c.coll = static_cast<Coll>(gen() % 8);
+    c.type = allTypes[gen() % std::size(allTypes)];
+    c.op = allOps[gen() % std::size(allOps)];
+    c.premul = reduces(c.coll) && gen() % 6 == 0;
+    if (c.premul) c.op = ncclSum;  // PreMulSum sums: the reference reads the op as Sum
+    c.inPlace = (gen() & 1) != 0;
+    c.root = static_cast<int>(gen() % static_cast<uint64_t>(nranks));
+    const size_t elem = dataTypeSize(c.type);
+    const size_t block = elem * (c.coll != Coll::AllReduce && c.coll != Coll::Broadcast && c.coll != Coll::Reduce ? static_cast<size_t>(nranks) : 1);
+    size_t bytes = 0;  // of the largest buffer
+    switch (gen() % 4) {
+      case 0: bytes = (gen() % 4) * block; break;  // 0-3 elements
+      case 1: bytes = 1 + gen() % 8192; break;
+      case 2: bytes = static_cast<size_t>(std::exp2(10.0 + static_cast<double>(gen() % 11000) / 1000.0)); break;  // 1 KiB-2 MiB
+      default: bytes = edges[gen() % std::size(edges)] + block * (gen() % 3) - block;
+    }
+    c.count = bytes / block;
+    return c;
+  };
+  int failures = 0;
+  for (int k = 0; k < calls;) {
+    // One call in four or so is a group of 2-3 collectives, which the communicator may fuse into one plan.
+    const int grouped = gen() % 4 == 0 ? 2 + static_cast<int>(gen() % 2) : 1;
+    std::vector<Case> cases;
+    std::vector<std::unique_ptr<PreparedCase>> prepared;
+    for (int g = 0; g < grouped; ++g) {
+      cases.push_back(draw());
+      prepared.push_back(std::make_unique<PreparedCase>(rank, nranks, comm, cases.back(), gen()));
+    }
+    // Now and then a send/recv shift joins the group (or makes one with the collective).
+    std::unique_ptr<PreparedShift> shift;
+    if (nranks > 1 && gen() % 5 == 0) {
+      const size_t bytes = gen() % 3 == 0 ? gen() % 64 : static_cast<size_t>(std::exp2(static_cast<double>(gen() % 21000) / 1000.0));
+      shift = std::make_unique<PreparedShift>(rank, nranks, comm, bytes, 1 + static_cast<int>(gen() % static_cast<uint64_t>(nranks - 1)), gen());
+    }
+    const bool group = grouped > 1 || shift;
+    if (group && ncclGroupStart() != ncclSuccess) return failures + 1;
+    for (auto& p : prepared) p->issue();
+    if (shift) shift->issue();
+    if (group && ncclGroupEnd() != ncclSuccess) {
+      std::fprintf(stderr, "rank %d: ncclGroupEnd of %d collectives%s failed: %s\n", rank, grouped, shift ? " and a shift" : "",
+                   ncclGetLastError(nullptr));
+      ++failures;
+    }
+    if (shift) failures += shift->check();
+    for (size_t g = 0; g < prepared.size(); ++g) {
+      const int bad = prepared[g]->check();
+      failures += bad;
+      if (bad && rank == 0)
+        std::fprintf(stderr, "random sequence: call %d of %d%s failed: %s\n", k + 1, calls,
+                     grouped > 1 ? (" (in a group of " + std::to_string(grouped) + ")").c_str() : "", describe(cases[g], nranks).c_str());
+      ++k;
     }
   }
   return failures;

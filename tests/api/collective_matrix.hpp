@@ -18,4 +18,10 @@ struct MatrixOptions {
 // Returns the number of failed checks (0 = all good); prints each failure with its parameters.
 int runCollectiveMatrix(int rank, int nranks, ncclComm_t comm, const MatrixOptions& options);
 
+// `calls` collectives drawn from `seed` (the same on every rank): any collective, type, op (PreMulSum too),
+// in place or not, any root, 0 elements to 4 MiB with the sizes where plans change met exactly and one element
+// either side; about one in four is a group of 2-3 collectives, and now and then a send/recv shift joins in. Each
+// is checked as the matrix checks. Returns the failed checks.
+int runRandomSequence(int rank, int nranks, ncclComm_t comm, uint64_t seed, int calls);
+
 }  // namespace topoccl::test

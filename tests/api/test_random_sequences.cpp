@@ -1,0 +1,46 @@
+// Random sequences of collectives: one communicator takes calls of every kind back to back, at sizes around the
+// points where its plans and transports change, under a randomly chosen algorithm, slice and FIFO setting. The
+// matrix (test_collectives.cpp) runs fixed cases; this finds what only a mix exposes (cached executions reused
+// across kinds, FIFO slots and staging left by one call for the next, collectives and send/recv fused in one group).
+// Rank count, settings and sequence come
+// from the test seed, printed for replay with TOPOCCL_TEST_SEED.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <random>
+#include <string>
+
+#include "api/collective_matrix.hpp"
+#include "support/rank_harness.hpp"
+
+using namespace topoccl::test;
+
+namespace {
+
+void runRandom(RankMode mode, int minRanks, int maxRanks, int calls) {
+  std::mt19937_64 gen(testSeed() ^ (0x5851f42d4c957f2dull * (static_cast<uint64_t>(mode) + 1)));
+  const int nranks = minRanks + static_cast<int>(gen() % static_cast<uint64_t>(maxRanks - minRanks + 1));
+  static const char* algos[] = {"", "ring", "rd", "hd", "direct", "tree"};
+  static const char* slices[] = {"", "4096", "65536", "1048576"};
+  static const char* fifos[] = {"", "65536", "262144"};
+  std::map<std::string, std::string> env;
+  if (const char* a = algos[gen() % std::size(algos)]; *a) env["NCCL_ALGO"] = a;
+  if (const char* s = slices[gen() % std::size(slices)]; *s) env["TOPOCCL_SLICE_BYTES"] = s;
+  if (const char* f = fifos[gen() % std::size(fifos)]; *f) env["NCCL_BUFFSIZE"] = f;
+  const uint64_t sequenceSeed = gen();
+  std::string settings;
+  for (const auto& [k, v] : env) settings += " " + k + "=" + v;
+  INFO(rankModeName(mode) << ", " << nranks << " ranks, " << calls << " calls, settings:" << (settings.empty() ? " defaults" : settings)
+                          << ", replay with TOPOCCL_TEST_SEED=" << testSeed());
+  const RunResult result = runRanks(
+      mode, nranks,
+      [&](int rank, int n, ncclComm_t comm) { return runRandomSequence(rank, n, comm, sequenceSeed, calls); }, env);
+  INFO(result.problems);
+  CHECK(result.failures == 0);
+}
+
+}  // namespace
+
+TEST_CASE("a random sequence of collectives on 2-7 thread ranks") { runRandom(RankMode::Threads, 2, 7, 60); }
+TEST_CASE("a random sequence of collectives on 2-6 shm processes") { runRandom(RankMode::ProcessesShm, 2, 6, 50); }
+TEST_CASE("a random sequence of collectives on 2-5 TCP processes") { runRandom(RankMode::ProcessesTcp, 2, 5, 40); }
