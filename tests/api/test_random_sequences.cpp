@@ -2,8 +2,7 @@
 // points where its plans and transports change, under a randomly chosen algorithm, slice and FIFO setting. The
 // matrix (test_collectives.cpp) runs fixed cases; this finds what only a mix exposes (cached executions reused
 // across kinds, FIFO slots and staging left by one call for the next, collectives and send/recv fused in one group).
-// Rank count, settings and sequence come
-// from the test seed, printed for replay with TOPOCCL_TEST_SEED.
+// Rank count, settings and sequence come from the test seed, printed for replay with TOPOCCL_TEST_SEED.
 #include <catch2/catch.hpp>
 
 #include <map>
