@@ -5,6 +5,7 @@
 // Rank count, settings and sequence come from the test seed, printed for replay with TOPOCCL_TEST_SEED.
 #include <catch2/catch.hpp>
 
+#include <cstdio>
 #include <map>
 #include <random>
 #include <string>
@@ -43,3 +44,33 @@ void runRandom(RankMode mode, int minRanks, int maxRanks, int calls) {
 TEST_CASE("a random sequence of collectives on 2-7 thread ranks") { runRandom(RankMode::Threads, 2, 7, 60); }
 TEST_CASE("a random sequence of collectives on 2-6 shm processes") { runRandom(RankMode::ProcessesShm, 2, 6, 50); }
 TEST_CASE("a random sequence of collectives on 2-5 TCP processes") { runRandom(RankMode::ProcessesTcp, 2, 5, 40); }
+
+// A world and the two halves split from it (even and odd ranks, as data- and tensor-parallel groups), taking
+// random sequences in turn, a few calls at a time: two communicators' plans, FIFOs and engines on the same ranks.
+TEST_CASE("random sequences on a world and its split halves, interleaved") {
+  for (RankMode mode : {RankMode::Threads, RankMode::ProcessesShm}) {
+    std::mt19937_64 gen(testSeed() ^ 0x2545f4914f6cdd1dull ^ static_cast<uint64_t>(mode));
+    const int nranks = 4 + static_cast<int>(gen() % 3);
+    const uint64_t worldSeed = gen(), halfSeed = gen();
+    INFO(rankModeName(mode) << ", " << nranks << " ranks, replay with TOPOCCL_TEST_SEED=" << testSeed());
+    const RunResult result = runRanks(mode, nranks, [&](int rank, int n, ncclComm_t world) {
+      ncclComm_t half = nullptr;
+      if (ncclCommSplit(world, rank % 2, rank, &half, nullptr) != ncclSuccess || half == nullptr) {
+        std::fprintf(stderr, "rank %d: ncclCommSplit failed: %s\n", rank, ncclGetLastError(nullptr));
+        return 1;
+      }
+      int halfRank = 0, halfSize = 0;
+      ncclCommUserRank(half, &halfRank);
+      ncclCommCount(half, &halfSize);
+      int failures = 0;
+      for (int turn = 0; turn < 8; ++turn) {
+        failures += runRandomSequence(rank, n, world, worldSeed + static_cast<uint64_t>(turn), 3);
+        failures += runRandomSequence(halfRank, halfSize, half, halfSeed + static_cast<uint64_t>(turn) * 2 + static_cast<uint64_t>(rank % 2), 3);
+      }
+      if (ncclCommDestroy(half) != ncclSuccess) ++failures;
+      return failures;
+    });
+    INFO(result.problems);
+    CHECK(result.failures == 0);
+  }
+}
