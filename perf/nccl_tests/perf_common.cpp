@@ -241,7 +241,6 @@ long processContextSwitches() {
 
 // -I: one row's per-iteration times (max over ranks, per iteration), in seconds.
 struct IterStats {
-  bool valid = false;
   int skipped = 0, counted = 0;
   double min = 0, max = 0, avg = 0, p50 = 0, p95 = 0, p99 = 0, stdev = 0;
   double cvPercent() const { return avg > 0 ? stdev / avg * 100.0 : 0.0; }
@@ -259,7 +258,6 @@ IterStats iterStats(std::vector<double> times, int skip) {
   times.erase(times.begin(), times.begin() + skip);
   std::sort(times.begin(), times.end());
   const size_t n = times.size();
-  s.valid = true;
   s.counted = static_cast<int>(n);
   s.min = times.front();
   s.max = times.back();
@@ -428,7 +426,7 @@ class Runner {
   };
   std::unique_ptr<Flight[]> flights_;
   std::mutex commsMutex_;
-  std::vector<std::pair<ncclComm_t, int>> comms_;  // this process's communicators and their ranks
+  std::vector<ncclComm_t> comms_;  // this process's communicators, for the watchdog to revoke
   std::atomic<bool> timedOut_{false};
   std::atomic<bool> stopWatchdog_{false};
   std::thread watchdog_;
@@ -481,7 +479,7 @@ class Runner {
     }
     const int iteration = f.iteration.load();
     if (iteration >= 0) what += ", iteration " + std::to_string(iteration + 1) + " of " + std::to_string(o_.iters);
-    std::vector<std::pair<ncclComm_t, int>> comms;
+    std::vector<ncclComm_t> comms;
     {
       std::lock_guard lock(commsMutex_);
       comms = comms_;
@@ -495,7 +493,7 @@ class Runner {
                  program_.c_str(), ranks.c_str(), what.c_str(), waited, o_.timeout, comms.size());
     std::fflush(stderr);
     std::thread([comms] {
-      for (const auto& entry : comms) ncclCommRevoke(entry.first, NCCL_REVOKE_DEFAULT);
+      for (ncclComm_t comm : comms) ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT);
     }).detach();
     std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the calls return their errors meanwhile
     std::fflush(stdout);
@@ -761,7 +759,7 @@ class Runner {
     checkNccl(ncclGroupEnd(), "ncclGroupEnd (communicator creation)", rc[0].rank);
     {
       std::lock_guard lock(commsMutex_);
-      for (const RankContext& c : rc) comms_.emplace_back(c.comm, c.rank);
+      for (const RankContext& c : rc) comms_.push_back(c.comm);
     }
 
     size_t maxElt = 1;
@@ -837,8 +835,8 @@ class Runner {
     barrierAll(thread);
     {
       std::lock_guard lock(commsMutex_);
-      std::erase_if(comms_, [&](const auto& entry) {
-        return std::any_of(rc.begin(), rc.end(), [&](const RankContext& c) { return c.comm == entry.first; });
+      std::erase_if(comms_, [&](ncclComm_t comm) {
+        return std::any_of(rc.begin(), rc.end(), [&](const RankContext& c) { return c.comm == comm; });
       });
     }
     for (RankContext& c : rc) {
