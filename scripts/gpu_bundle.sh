@@ -11,12 +11,13 @@ command -v nvcc >/dev/null || { echo "gpu_bundle: nvcc not found: the bundle nee
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DTOPOCCL_CUDA=ON -DTOPOCCL_MPI=OFF -DTOPOCCL_IBVERBS=OFF \
       -DTOPOCCL_HWLOC=OFF -DTOPOCCL_BUILD_TESTS=ON >"$BUILD_DIR.configure.log"
 targets=(nccl_shared test_gpu_kernels test_gpu_plans test_gpu_collectives
-         all_reduce_perf all_gather_perf reduce_scatter_perf alltoall_perf broadcast_perf sendrecv_perf gpu_kernel_bandwidth)
+         all_reduce_perf all_gather_perf reduce_scatter_perf alltoall_perf broadcast_perf sendrecv_perf alltoallv_perf
+         hypercube_perf gpu_kernel_bandwidth)
 cmake --build "$BUILD_DIR" -j"$(nproc)" --target "${targets[@]}"
 rm -rf .gpu
 mkdir -p .gpu/bin .gpu/lib
 for t in test_gpu_kernels test_gpu_plans test_gpu_collectives; do cp "$BUILD_DIR/tests/$t" .gpu/bin/; done
-for p in all_reduce all_gather reduce_scatter alltoall broadcast sendrecv; do cp "$BUILD_DIR/perf/${p}_perf" .gpu/bin/; done
+for p in all_reduce all_gather reduce_scatter alltoall broadcast sendrecv alltoallv hypercube; do cp "$BUILD_DIR/perf/${p}_perf" .gpu/bin/; done
 cp "$BUILD_DIR/perf/gpu_kernel_bandwidth" .gpu/bin/
 cp -L "$(find "$BUILD_DIR" -name libnccl.so.2 | head -1)" .gpu/lib/libnccl.so.2
 # Libraries the target image is not known to have: everything but the C/C++ runtime (cudart too: the image's

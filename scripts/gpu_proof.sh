@@ -6,8 +6,8 @@
 # (PROOF_SECONDS, default 330); steps that would start past it are skipped and say so. Logs go to $OUT (the
 # device tool's folder; at most 8 files come back) or .gpu/out. Usage, from the repository root there:
 #   bash .gpu/gpu_proof.sh [steps...]     steps: info p2p staged kernels bandwidth plans coll-threads torch
-#                                                coll-processes fusion torch-bench perf lanes stall proto alltoall wide
-#                                                tune
+#                                                coll-processes fusion torch-bench perf nccl-tests lanes stall proto
+#                                                alltoall wide tune
 #                                                (default: all, in order)
 set -uo pipefail
 cd "$(dirname "$0")"
@@ -101,6 +101,20 @@ if want perf; then
   step "sendrecv_perf -g 2 (staged)" 40 "$OUT/perf.log" bin/sendrecv_perf --gpu -g 2 -b 8 -e 256M -f 8 -n 10 -w 3 -c 1
   step "all_reduce_perf -g 2 TOPOCCL_GPU_STAGED=always" 40 "$OUT/perf.log" env TOPOCCL_GPU_STAGED=always \
     bin/all_reduce_perf --gpu -g 2 -b 8 -e 256M -f 8 -n 10 -w 3 -c 1
+  unset TOPOCCL_TIMEOUT_MS
+fi
+if want nccl-tests; then
+  # Session 30's benchmark flags and programs on GPU buffers (host-tested only before): misaligned buffers,
+  # per-iteration timing, enqueue time, registration, the -T watchdog armed; alltoallv's uneven send/recv
+  # group; hypercube's rounds (thread ranks: its rounds cannot share a -g group).
+  export TOPOCCL_TIMEOUT_MS=20000
+  step "all_reduce_perf -g 2 -u 3 -I 1 -K 2 -S 1 -R 1 -T 15" 40 "$OUT/perf.log" bin/all_reduce_perf --gpu -g 2 -b 7 -e 64M -f 9 \
+    -n 10 -w 2 -c 1 -u 3 -I 1 -K 2 -S 1 -R 1 -T 15
+  step "all_gather_perf -g 2 -C 1 -R 2" 30 "$OUT/perf.log" bin/all_gather_perf --gpu -g 2 -b 8 -e 16M -f 8 -n 10 -w 2 -c 1 -C 1 -R 2
+  step "alltoallv_perf -g 2 -u 1" 40 "$OUT/perf.log" bin/alltoallv_perf --gpu -g 2 -b 8 -e 64M -f 8 -n 10 -w 2 -c 1 -u 1 -d all
+  for n in 2 4; do
+    step "hypercube_perf -t $n" 40 "$OUT/perf.log" bin/hypercube_perf --gpu -t "$n" -b 8 -e 64M -f 8 -n 10 -w 2 -c 1
+  done
   unset TOPOCCL_TIMEOUT_MS
 fi
 if want lanes; then

@@ -56,6 +56,22 @@ struct Options {
   int parallelInit = 0, streamNull = 0, graph = 0, memory = 0, ctaPolicy = -1, deviceImpl = 0, deviceCtas = 16;
 };
 
+// Ends the run with a message. Rank threads may fail together (every thread's first CUDA call on a machine
+// without a usable GPU): only the first ends the process; exit() from two threads at once corrupts the heap.
+[[noreturn]] void die(const std::string& message) {
+  static std::atomic<bool> ending{false};
+  std::fprintf(stderr, "%s\n", message.c_str());
+  std::fflush(stderr);
+  if (ending.exchange(true))
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // the first failing thread ends the process
+#ifdef TOPOCCL_PERF_MPI
+  int up = 0;
+  MPI_Initialized(&up);
+  if (up) MPI_Abort(MPI_COMM_WORLD, 1);
+#endif
+  std::exit(1);
+}
+
 // Where the benchmark's buffers live. Host: plain memory operations. GPU (--gpu): the CUDA runtime, with the
 // fills and checks staged through host memory, and each rank's stream synchronized where the host waits.
 // Fills wait for the legacy stream they ran on: cudaMemset and a pageable cudaMemcpy may return before the
@@ -97,8 +113,7 @@ struct Memory {
 #ifdef TOPOCCL_PERF_CUDA
   static void check(cudaError_t e, const char* what) {
     if (e == cudaSuccess) return;
-    std::fprintf(stderr, "perf: %s failed: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
+    die(std::string("perf: ") + what + " failed: " + cudaGetErrorString(e));
   }
 #endif
 };
@@ -219,17 +234,6 @@ std::string fit(double v, int width) {
   }
   std::snprintf(buf, sizeof buf, "%.*e", std::max(0, width - 6), v);
   return buf;
-}
-
-[[noreturn]] void die(const std::string& message) {
-  std::fprintf(stderr, "%s\n", message.c_str());
-  std::fflush(stderr);
-#ifdef TOPOCCL_PERF_MPI
-  int up = 0;
-  MPI_Initialized(&up);
-  if (up) MPI_Abort(MPI_COMM_WORLD, 1);
-#endif
-  std::exit(1);
 }
 
 // Voluntary and involuntary context switches of this process (all its threads) so far.
