@@ -3,10 +3,12 @@
 #include <cmath>
 #include <cstdio>
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/datatype.hpp"
@@ -302,13 +304,14 @@ class PreparedCase {
     if (opCreated_) ncclRedOpDestroy(op_, comm_);
   }
 
-  // Issues the call (inside the caller's group, if any); false when it failed.
-  bool issue() {
-    if (!ready_) return false;
-    if (call(c_, send_, recv_, op_, comm_) == ncclSuccess) return true;
+  // Issues the call (inside the caller's group, if any) and returns what it returned.
+  ncclResult_t issue() {
+    if (!ready_) return ncclInvalidUsage;
+    const ncclResult_t r = call(c_, send_, recv_, op_, comm_);
+    if (r == ncclSuccess || r == ncclInProgress) return r;  // in progress: a non-blocking communicator
     check_.fail(0, std::string("call failed: ") + ncclGetLastError(nullptr), "ncclSuccess");
     ready_ = false;
-    return false;
+    return r;
   }
 
   // After the call (and the group) returned: the output against the reference. Returns the failed checks.
@@ -435,8 +438,9 @@ class PreparedShift {
   }
   void issue() {
     const int to = (rank_ + distance_) % nranks_, from = (rank_ + nranks_ - distance_) % nranks_;
-    if (ncclSend(send_.data(), bytes_, ncclUint8, to, comm_, nullptr) != ncclSuccess ||
-        ncclRecv(recv_.data(), bytes_, ncclUint8, from, comm_, nullptr) != ncclSuccess) {
+    const auto ok = [](ncclResult_t r) { return r == ncclSuccess || r == ncclInProgress; };
+    if (!ok(ncclSend(send_.data(), bytes_, ncclUint8, to, comm_, nullptr)) ||
+        !ok(ncclRecv(recv_.data(), bytes_, ncclUint8, from, comm_, nullptr))) {
       std::fprintf(stderr, "rank %d FAIL shift of %zu bytes by %d: %s\n", rank_, bytes_, distance_, ncclGetLastError(nullptr));
       failed_ = true;
     }
@@ -463,7 +467,7 @@ class PreparedShift {
   bool failed_ = false;
 };
 
-int runRandomSequence(int rank, int nranks, ncclComm_t comm, uint64_t seed, int calls) {
+int runRandomSequence(int rank, int nranks, ncclComm_t comm, uint64_t seed, int calls, bool nonBlocking) {
   static const DataType allTypes[] = {DataType::Int8,    DataType::Uint8,    DataType::Int32,      DataType::Uint32,
                                       DataType::Int64,   DataType::Uint64,   DataType::Float16,    DataType::Float32,
                                       DataType::Float64, DataType::Bfloat16, DataType::Float8e4m3, DataType::Float8e5m2};
@@ -494,39 +498,75 @@ int runRandomSequence(int rank, int nranks, ncclComm_t comm, uint64_t seed, int 
     return c;
   };
   int failures = 0;
-  for (int k = 0; k < calls;) {
-    // One call in four or so is a group of 2-3 collectives, which the communicator may fuse into one plan.
-    const int grouped = gen() % 4 == 0 ? 2 + static_cast<int>(gen() % 2) : 1;
+  // A step: one call, or a group. Blocking: each is checked when it returns. Non-blocking: 1-4 steps are issued
+  // back to back (each returns ncclInProgress and queues on the communicator's engine), then the rank waits for
+  // ncclCommGetAsyncError to read ncclSuccess and checks them all.
+  struct Step {
     std::vector<Case> cases;
     std::vector<std::unique_ptr<PreparedCase>> prepared;
-    for (int g = 0; g < grouped; ++g) {
-      cases.push_back(draw());
-      prepared.push_back(std::make_unique<PreparedCase>(rank, nranks, comm, cases.back(), gen()));
-    }
-    // Now and then a send/recv shift joins the group (or makes one with the collective).
     std::unique_ptr<PreparedShift> shift;
-    if (nranks > 1 && gen() % 5 == 0) {
-      const size_t bytes = gen() % 3 == 0 ? gen() % 64 : static_cast<size_t>(std::exp2(static_cast<double>(gen() % 21000) / 1000.0));
-      shift = std::make_unique<PreparedShift>(rank, nranks, comm, bytes, 1 + static_cast<int>(gen() % static_cast<uint64_t>(nranks - 1)), gen());
+    int firstCall = 0;
+  };
+  int inProgress = 0;  // non-blocking: calls and groups that returned ncclInProgress
+  for (int k = 0; k < calls;) {
+    std::vector<Step> batch;
+    const int steps = nonBlocking ? 1 + static_cast<int>(gen() % 4) : 1;
+    for (int st = 0; st < steps && k < calls; ++st) {
+      Step& step = batch.emplace_back();
+      step.firstCall = k;
+      // One call in four or so is a group of 2-3 collectives, which the communicator may fuse into one plan.
+      const int grouped = gen() % 4 == 0 ? 2 + static_cast<int>(gen() % 2) : 1;
+      for (int g = 0; g < grouped; ++g) {
+        step.cases.push_back(draw());
+        step.prepared.push_back(std::make_unique<PreparedCase>(rank, nranks, comm, step.cases.back(), gen()));
+      }
+      k += grouped;
+      // Now and then a send/recv shift joins the group (or makes one with the collective).
+      if (nranks > 1 && gen() % 5 == 0) {
+        const size_t bytes = gen() % 3 == 0 ? gen() % 64 : static_cast<size_t>(std::exp2(static_cast<double>(gen() % 21000) / 1000.0));
+        step.shift = std::make_unique<PreparedShift>(rank, nranks, comm, bytes, 1 + static_cast<int>(gen() % static_cast<uint64_t>(nranks - 1)), gen());
+      }
+      const bool group = grouped > 1 || step.shift;
+      if (group && ncclGroupStart() != ncclSuccess) return failures + 1;
+      for (auto& p : step.prepared) inProgress += p->issue() == ncclInProgress;
+      if (step.shift) step.shift->issue();
+      if (group) {
+        const ncclResult_t end = ncclGroupEnd();
+        inProgress += end == ncclInProgress;
+        if (end != ncclSuccess && !(nonBlocking && end == ncclInProgress)) {
+          std::fprintf(stderr, "rank %d: ncclGroupEnd of %d collectives%s failed: %s\n", rank, grouped,
+                       step.shift ? " and a shift" : "", ncclGetLastError(nullptr));
+          ++failures;
+        }
+      }
     }
-    const bool group = grouped > 1 || shift;
-    if (group && ncclGroupStart() != ncclSuccess) return failures + 1;
-    for (auto& p : prepared) p->issue();
-    if (shift) shift->issue();
-    if (group && ncclGroupEnd() != ncclSuccess) {
-      std::fprintf(stderr, "rank %d: ncclGroupEnd of %d collectives%s failed: %s\n", rank, grouped, shift ? " and a shift" : "",
-                   ncclGetLastError(nullptr));
-      ++failures;
+    if (nonBlocking) {
+      ncclResult_t state = ncclInProgress;
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+      while (ncclCommGetAsyncError(comm, &state) == ncclSuccess && state == ncclInProgress &&
+             std::chrono::steady_clock::now() < deadline)
+        std::this_thread::yield();
+      if (state != ncclSuccess) {
+        std::fprintf(stderr, "rank %d: the non-blocking communicator reads %s after %zu steps: %s\n", rank,
+                     ncclGetErrorString(state), batch.size(), ncclGetLastError(comm));
+        return failures + 1;
+      }
     }
-    if (shift) failures += shift->check();
-    for (size_t g = 0; g < prepared.size(); ++g) {
-      const int bad = prepared[g]->check();
-      failures += bad;
-      if (bad && rank == 0)
-        std::fprintf(stderr, "random sequence: call %d of %d%s failed: %s\n", k + 1, calls,
-                     grouped > 1 ? (" (in a group of " + std::to_string(grouped) + ")").c_str() : "", describe(cases[g], nranks).c_str());
-      ++k;
+    for (Step& step : batch) {
+      if (step.shift) failures += step.shift->check();
+      for (size_t g = 0; g < step.prepared.size(); ++g) {
+        const int bad = step.prepared[g]->check();
+        failures += bad;
+        if (bad && rank == 0)
+          std::fprintf(stderr, "random sequence: call %d of %d%s failed: %s\n", step.firstCall + static_cast<int>(g) + 1, calls,
+                       step.prepared.size() > 1 ? (" (in a group of " + std::to_string(step.prepared.size()) + ")").c_str() : "",
+                       describe(step.cases[g], nranks).c_str());
+      }
     }
+  }
+  if (nonBlocking && calls > 0 && inProgress == 0) {
+    std::fprintf(stderr, "rank %d: no call or group of the non-blocking communicator returned ncclInProgress\n", rank);
+    ++failures;
   }
   return failures;
 }

@@ -9,6 +9,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "api/collective_matrix.hpp"
 #include "support/rank_harness.hpp"
@@ -69,6 +70,33 @@ TEST_CASE("random sequences on a world and its split halves, interleaved") {
       }
       if (ncclCommDestroy(half) != ncclSuccess) ++failures;
       return failures;
+    });
+    INFO(result.problems);
+    CHECK(result.failures == 0);
+  }
+}
+
+// A non-blocking communicator (config.blocking = 0, split from the world): calls return ncclInProgress and queue
+// on its engine; 1-4 calls or groups go out back to back, then one wait on ncclCommGetAsyncError, then the checks.
+TEST_CASE("a random sequence on a non-blocking communicator, several calls in flight") {
+  for (RankMode mode : {RankMode::Threads, RankMode::ProcessesShm, RankMode::ProcessesTcp}) {
+    std::mt19937_64 gen(testSeed() ^ 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(mode));
+    const int nranks = 2 + static_cast<int>(gen() % 4);
+    const uint64_t sequenceSeed = gen();
+    INFO(rankModeName(mode) << ", " << nranks << " ranks, replay with TOPOCCL_TEST_SEED=" << testSeed());
+    const RunResult result = runRanks(mode, nranks, [&](int rank, int n, ncclComm_t world) {
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 0;
+      ncclComm_t comm = nullptr;
+      const ncclResult_t split = ncclCommSplit(world, 0, rank, &comm, &config);
+      ncclResult_t state = split;
+      while (state == ncclInProgress && comm != nullptr && ncclCommGetAsyncError(comm, &state) == ncclSuccess) std::this_thread::yield();
+      if (comm == nullptr || state != ncclSuccess) {
+        std::fprintf(stderr, "rank %d: non-blocking ncclCommSplit: %s (%s)\n", rank, ncclGetErrorString(state), ncclGetLastError(nullptr));
+        return 1;
+      }
+      const int failures = runRandomSequence(rank, n, comm, sequenceSeed, 40, true);
+      return failures + (ncclCommDestroy(comm) != ncclSuccess);
     });
     INFO(result.problems);
     CHECK(result.failures == 0);
