@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <random>
 #include <string>
 #include <thread>
@@ -230,12 +231,47 @@ ncclResult_t call(const Case& c, const void* send, void* recv, ncclRedOp_t op, n
   return ncclInternalError;
 }
 
+// A case's send or receive buffer: from the C heap (private to the process), or from ncclMemAlloc (shared
+// memory peers can map, so the library may read and write it directly from other processes).
+class CaseBuffer {
+ public:
+  explicit CaseBuffer(bool ncclMemory) : ncclMemory_(ncclMemory) {}
+  CaseBuffer(const CaseBuffer&) = delete;
+  CaseBuffer& operator=(const CaseBuffer&) = delete;
+  ~CaseBuffer() { release(); }
+  void assign(size_t bytes, char fill) {
+    release();
+    size_ = bytes;
+    if (!ncclMemory_) {
+      heap_.assign(bytes, fill);
+      data_ = heap_.data();
+    } else {
+      void* p = nullptr;
+      if (ncclMemAlloc(&p, bytes) != ncclSuccess || p == nullptr) throw std::bad_alloc();
+      data_ = static_cast<char*>(p);
+      std::memset(data_, fill, bytes);
+    }
+  }
+  char* data() { return data_; }
+  char& back() { return data_[size_ - 1]; }
+
+ private:
+  void release() {
+    if (ncclMemory_ && data_) ncclMemFree(data_);
+    data_ = nullptr;
+  }
+  bool ncclMemory_;
+  std::vector<char> heap_;
+  char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
 // One case's buffers and reference inputs, from set-up through the call to the check, so that several cases can
 // go into one group.
 class PreparedCase {
  public:
-  PreparedCase(int rank, int nranks, ncclComm_t comm, const Case& c, uint64_t seed)
-      : rank_(rank), nranks_(nranks), comm_(comm), c_(c), check_(rank, c, nranks, seed) {
+  PreparedCase(int rank, int nranks, ncclComm_t comm, const Case& c, uint64_t seed, bool ncclMemory = false)
+      : rank_(rank), nranks_(nranks), comm_(comm), c_(c), check_(rank, c, nranks, seed), sendBuf_(ncclMemory), recvBuf_(ncclMemory) {
     const size_t elem = dataTypeSize(c.type);
     const size_t inElems = inputElems(c.coll, c.count, nranks);
     const size_t outElems = outputElems(c.coll, c.count, nranks);
@@ -366,7 +402,7 @@ class PreparedCase {
   Case c_;
   Checker check_;
   std::vector<std::vector<char>> inputs_;
-  std::vector<char> sendBuf_, recvBuf_;
+  CaseBuffer sendBuf_, recvBuf_;
   const void* send_ = nullptr;
   void* recv_ = nullptr;
   ncclRedOp_t op_ = ncclSum;
@@ -467,7 +503,7 @@ class PreparedShift {
   bool failed_ = false;
 };
 
-int runRandomSequence(int rank, int nranks, ncclComm_t comm, uint64_t seed, int calls, bool nonBlocking) {
+int runRandomSequence(int rank, int nranks, ncclComm_t comm, uint64_t seed, int calls, bool nonBlocking, bool ncclMemory) {
   static const DataType allTypes[] = {DataType::Int8,    DataType::Uint8,    DataType::Int32,      DataType::Uint32,
                                       DataType::Int64,   DataType::Uint64,   DataType::Float16,    DataType::Float32,
                                       DataType::Float64, DataType::Bfloat16, DataType::Float8e4m3, DataType::Float8e5m2};
@@ -518,7 +554,7 @@ int runRandomSequence(int rank, int nranks, ncclComm_t comm, uint64_t seed, int 
       const int grouped = gen() % 4 == 0 ? 2 + static_cast<int>(gen() % 2) : 1;
       for (int g = 0; g < grouped; ++g) {
         step.cases.push_back(draw());
-        step.prepared.push_back(std::make_unique<PreparedCase>(rank, nranks, comm, step.cases.back(), gen()));
+        step.prepared.push_back(std::make_unique<PreparedCase>(rank, nranks, comm, step.cases.back(), gen(), ncclMemory));
       }
       k += grouped;
       // Now and then a send/recv shift joins the group (or makes one with the collective).

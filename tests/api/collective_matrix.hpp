@@ -22,7 +22,9 @@ int runCollectiveMatrix(int rank, int nranks, ncclComm_t comm, const MatrixOptio
 // in place or not, any root, 0 elements to 4 MiB with the sizes where plans change met exactly and one element
 // either side; about one in four is a group of 2-3 collectives, and now and then a send/recv shift joins in. Each
 // is checked as the matrix checks. `nonBlocking`: the communicator was made with config.blocking = 0; 1-4 steps go
-// out back to back before one wait on ncclCommGetAsyncError. Returns the failed checks.
-int runRandomSequence(int rank, int nranks, ncclComm_t comm, uint64_t seed, int calls, bool nonBlocking = false);
+// out back to back before one wait on ncclCommGetAsyncError. `ncclMemory`: every case's buffers come from
+// ncclMemAlloc (peers may map them) and go back with ncclMemFree after it. Returns the failed checks.
+int runRandomSequence(int rank, int nranks, ncclComm_t comm, uint64_t seed, int calls, bool nonBlocking = false,
+                      bool ncclMemory = false);
 
 }  // namespace topoccl::test

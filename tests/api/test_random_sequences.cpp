@@ -102,3 +102,21 @@ TEST_CASE("a random sequence on a non-blocking communicator, several calls in fl
     CHECK(result.failures == 0);
   }
 }
+
+// Buffers from ncclMemAlloc, fresh for every call and freed after it: shared memory that peers may map and write
+// directly (the zero-copy and mirrored paths), and addresses that come back for other segments, so a mapping a
+// peer kept from an earlier call must not be used for a new one.
+TEST_CASE("a random sequence on ncclMemAlloc buffers, allocated and freed per call") {
+  for (RankMode mode : {RankMode::Threads, RankMode::ProcessesShm, RankMode::ProcessesTcp}) {
+    std::mt19937_64 gen(testSeed() ^ 0xbf58476d1ce4e5b9ull ^ static_cast<uint64_t>(mode));
+    const int nranks = 2 + static_cast<int>(gen() % 4);
+    const uint64_t sequenceSeed = gen();
+    INFO(rankModeName(mode) << ", " << nranks << " ranks, replay with TOPOCCL_TEST_SEED=" << testSeed());
+    const RunResult result = runRanks(
+        mode, nranks,
+        [&](int rank, int n, ncclComm_t comm) { return runRandomSequence(rank, n, comm, sequenceSeed, 50, false, true); },
+        {{"TOPOCCL_MEM_ALLOC", "host"}});  // host memory even where a GPU would make it device memory
+    INFO(result.problems);
+    CHECK(result.failures == 0);
+  }
+}
