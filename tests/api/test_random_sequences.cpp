@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
@@ -76,47 +77,49 @@ TEST_CASE("random sequences on a world and its split halves, interleaved") {
   }
 }
 
-// A non-blocking communicator (config.blocking = 0, split from the world): calls return ncclInProgress and queue
-// on its engine; 1-4 calls or groups go out back to back, then one wait on ncclCommGetAsyncError, then the checks.
-TEST_CASE("a random sequence on a non-blocking communicator, several calls in flight") {
+namespace {
+
+// Each rank mode in turn: 2-5 ranks and a sequence seed drawn from the test seed and `salt`.
+void inEveryMode(uint64_t salt, const std::function<int(int rank, int n, ncclComm_t comm, uint64_t sequenceSeed)>& body,
+                 const std::map<std::string, std::string>& env = {}) {
   for (RankMode mode : {RankMode::Threads, RankMode::ProcessesShm, RankMode::ProcessesTcp}) {
-    std::mt19937_64 gen(testSeed() ^ 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(mode));
+    std::mt19937_64 gen(testSeed() ^ salt ^ static_cast<uint64_t>(mode));
     const int nranks = 2 + static_cast<int>(gen() % 4);
     const uint64_t sequenceSeed = gen();
     INFO(rankModeName(mode) << ", " << nranks << " ranks, replay with TOPOCCL_TEST_SEED=" << testSeed());
-    const RunResult result = runRanks(mode, nranks, [&](int rank, int n, ncclComm_t world) {
-      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-      config.blocking = 0;
-      ncclComm_t comm = nullptr;
-      const ncclResult_t split = ncclCommSplit(world, 0, rank, &comm, &config);
-      ncclResult_t state = split;
-      while (state == ncclInProgress && comm != nullptr && ncclCommGetAsyncError(comm, &state) == ncclSuccess) std::this_thread::yield();
-      if (comm == nullptr || state != ncclSuccess) {
-        std::fprintf(stderr, "rank %d: non-blocking ncclCommSplit: %s (%s)\n", rank, ncclGetErrorString(state), ncclGetLastError(nullptr));
-        return 1;
-      }
-      const int failures = runRandomSequence(rank, n, comm, sequenceSeed, 40, true);
-      return failures + (ncclCommDestroy(comm) != ncclSuccess);
-    });
+    const RunResult result = runRanks(
+        mode, nranks, [&](int rank, int n, ncclComm_t comm) { return body(rank, n, comm, sequenceSeed); }, env);
     INFO(result.problems);
     CHECK(result.failures == 0);
   }
+}
+
+}  // namespace
+
+// A non-blocking communicator (config.blocking = 0, split from the world): calls return ncclInProgress and queue
+// on its engine; 1-4 calls or groups go out back to back, then one wait on ncclCommGetAsyncError, then the checks.
+TEST_CASE("a random sequence on a non-blocking communicator, several calls in flight") {
+  inEveryMode(0x9e3779b97f4a7c15ull, [](int rank, int n, ncclComm_t world, uint64_t sequenceSeed) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t comm = nullptr;
+    ncclResult_t state = ncclCommSplit(world, 0, rank, &comm, &config);
+    while (state == ncclInProgress && comm != nullptr && ncclCommGetAsyncError(comm, &state) == ncclSuccess) std::this_thread::yield();
+    if (comm == nullptr || state != ncclSuccess) {
+      std::fprintf(stderr, "rank %d: non-blocking ncclCommSplit: %s (%s)\n", rank, ncclGetErrorString(state), ncclGetLastError(nullptr));
+      return 1;
+    }
+    const int failures = runRandomSequence(rank, n, comm, sequenceSeed, 40, true);
+    return failures + (ncclCommDestroy(comm) != ncclSuccess);
+  });
 }
 
 // Buffers from ncclMemAlloc, fresh for every call and freed after it: shared memory that peers may map and write
 // directly (the zero-copy and mirrored paths), and addresses that come back for other segments, so a mapping a
 // peer kept from an earlier call must not be used for a new one.
 TEST_CASE("a random sequence on ncclMemAlloc buffers, allocated and freed per call") {
-  for (RankMode mode : {RankMode::Threads, RankMode::ProcessesShm, RankMode::ProcessesTcp}) {
-    std::mt19937_64 gen(testSeed() ^ 0xbf58476d1ce4e5b9ull ^ static_cast<uint64_t>(mode));
-    const int nranks = 2 + static_cast<int>(gen() % 4);
-    const uint64_t sequenceSeed = gen();
-    INFO(rankModeName(mode) << ", " << nranks << " ranks, replay with TOPOCCL_TEST_SEED=" << testSeed());
-    const RunResult result = runRanks(
-        mode, nranks,
-        [&](int rank, int n, ncclComm_t comm) { return runRandomSequence(rank, n, comm, sequenceSeed, 50, false, true); },
-        {{"TOPOCCL_MEM_ALLOC", "host"}});  // host memory even where a GPU would make it device memory
-    INFO(result.problems);
-    CHECK(result.failures == 0);
-  }
+  inEveryMode(
+      0xbf58476d1ce4e5b9ull,
+      [](int rank, int n, ncclComm_t comm, uint64_t sequenceSeed) { return runRandomSequence(rank, n, comm, sequenceSeed, 50, false, true); },
+      {{"TOPOCCL_MEM_ALLOC", "host"}});  // host memory even where a GPU would make it device memory
 }
