@@ -8,6 +8,7 @@
 # `mpi` (OpenMPI over vader / over TCP), which run BUILD_DIR/mpi_perf (perf/compare builds it in build/compare).
 # A setting that starts with -- is a flag for that configuration's benchmark instead ("heap|build|--heap").
 # WRAP, if set, prefixes every rank's command, e.g. WRAP=perf/compare/pin.sh with PIN=pairs in a configuration.
+# RUNS=1 also prints every launch's time per size, in launch order, to show levels a median hides.
 set -euo pipefail
 if [ $# -lt 5 ]; then sed -n '2,8p' "$0" >&2; exit 2; fi
 NP=$1 COLL=$2 ARGS=$3 REPEAT=$4
@@ -40,8 +41,8 @@ for ((r = 1; r <= REPEAT; r++)); do
   done
   echo "multi.sh: repeat $r/$REPEAT done" >&2
 done
-python3 - "$out" "${configs[@]}" <<'PY'
-import collections, statistics, sys
+RUNS=${RUNS:-0} python3 - "$out" "${configs[@]}" <<'PY'
+import collections, os, statistics, sys
 runs = collections.defaultdict(list)
 for line in open(sys.argv[1]):
     label, size, t = line.split()
@@ -51,4 +52,10 @@ print("%12s " % "size (B)" + " ".join("%12s" % l for l in labels) + "   (us, med
 for size in sorted({k[0] for k in runs}):
     print("%12d " % size + " ".join("%12.2f" % statistics.median(runs[(size, l)]) if runs[(size, l)] else "%12s" % "-"
                                      for l in labels))
+if os.environ.get("RUNS") == "1":
+    print("every launch (us):")
+    for size in sorted({k[0] for k in runs}):
+        for l in labels:
+            if runs[(size, l)]:
+                print("%12d %12s " % (size, l) + " ".join("%.2f" % t for t in runs[(size, l)]))
 PY

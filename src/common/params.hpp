@@ -60,6 +60,11 @@ inline const Param<int64_t> kYieldsBeforeSleep{"TOPOCCL_YIELDS_BEFORE_SLEEP", -1
                                                "Idle loops that yield, after the spinning ones, before a rank waiting "
                                                "only on shm or local peers sleeps until one of them moves (futex); "
                                                "-1 = 4096 when the rank has its CPUs to itself, else 256"};
+inline const Param<bool> kBindOversubscribed{"TOPOCCL_BIND_OVERSUBSCRIBED", true,
+                                            "Ranks that are a multiple (2x or more) of the n CPUs they all may use, each in "
+                                            "a process of its own and placed by nobody, bind themselves one to a CPU in "
+                                            "turn (rank i of the machine on the (i mod n)-th CPU) at communicator "
+                                            "creation; 0 leaves them to the scheduler"};
 inline const Param<bool> kFutexWaitv{"TOPOCCL_FUTEX_WAITV", true,
                                     "A rank asleep on several connections waits on all of them at once (futex_waitv, "
                                     "Linux 5.16+); 0, or a kernel or seccomp filter without it: it naps on the first "

@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <algorithm>
@@ -381,14 +382,20 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
     // core --oversubscribe, a one-CPU cpuset) share even though each sees a single CPU.
     const auto bootOf = [](const std::string& hostId) { return hostId.substr(hostId.rfind('/') + 1); };
     size_t localRanks = 0;
+    size_t myIndex = 0;
     std::vector<topo::CpuSet> machineCpus;  // empty where unknown (a kernel mask beyond 1024 CPUs)
+    std::set<uint64_t> processes;
     for (int r = 0; r < nranks_; ++r) {
       if (bootOf(peers_[r].hostId) != bootOf(peers_[rank_].hostId)) continue;
+      if (r == rank_) myIndex = localRanks;
       ++localRanks;
       const WireInfo& w = wire[static_cast<size_t>(r)];
       machineCpus.push_back(w.cpuSetKnown ? topo::CpuSet(w.cpuSet, w.cpuSet + std::size(w.cpuSet)) : topo::CpuSet{});
+      processes.insert(w.processToken);
     }
-    sharesCores_ = topo::sharesCores(myCpus, machineCpus, std::thread::hardware_concurrency());
+    topo::CpuSet cpusNow = myCpus;
+    if (params::kBindOversubscribed.get()) bindOversubscribed(machineCpus, myIndex, processes.size() == localRanks, cpusNow);
+    sharesCores_ = topo::sharesCores(cpusNow, machineCpus, std::thread::hardware_concurrency());
     const int64_t configured = params::kSpinPolls.get();
     if (configured < 0) throwInvalidArgument(std::string(params::kSpinPolls.name()) + "=" + std::to_string(configured) + " must be >= 0");
     // Sharing cores: a few polls catch a peer that is about to answer without a trip through the scheduler
@@ -420,13 +427,40 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
         streamingThreshold_ == UINT64_MAX ? std::string("never") : std::to_string(streamingThreshold_ >> 20) + " MiB";
     TOPOCCL_INFO(log::kInit,
                  "comm %s rank %d nranks %d hosts %d slice %zu B (>= %zu a step) channels %d spin %u polls (%s); streaming "
-                 "stores from %s (x %zu ranks), below that %s; peers via%s",
+                 "stores from %s (x %zu ranks), below that %s; %s; peers via%s",
                  options_.name.c_str(), rank_, nranks_, locality_->nhosts(), sliceBytes_, slicesPerStep_, nchannels_, spinsBeforeYield_,
-                 sharesCores_ ? "cores shared with other ranks" : "cores of its own", streamingFrom.c_str(), machineRanks_, bulkCopy_ ? "rep movsb" : "memcpy", routes.str().c_str());
+                 sharesCores_ ? "cores shared with other ranks" : "cores of its own", streamingFrom.c_str(), machineRanks_, bulkCopy_ ? "rep movsb" : "memcpy",
+                 boundCpu_ >= 0 ? ("bound to CPU " + std::to_string(boundCpu_) + " (ranks outnumber the CPUs; " +
+                                   params::kBindOversubscribed.name() + "=0 leaves them to the scheduler)").c_str()
+                                : "placement left as found",
+                 routes.str().c_str());
   }
   if (log::enabled(log::Level::Info, log::kTuning))
     TOPOCCL_INFO(log::kTuning, "selection table:\n%s", selection_->describe().c_str());
   engine_ = std::thread([this] { progressLoop(); });
+}
+
+void Communicator::bindOversubscribed(std::vector<topo::CpuSet>& machineCpus, size_t myIndex, bool ownProcesses,
+                                      topo::CpuSet& mine) {
+  // Every rank computes every rank's CPU from the same wire data, so all agree on who shares which CPU.
+  std::vector<int> cpus(machineCpus.size());
+  for (size_t i = 0; i < cpus.size(); ++i) cpus[i] = topo::oversubscribedRankCpu(machineCpus, i, ownProcesses);
+  if (cpus[myIndex] < 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpus[myIndex], &set);
+  if (sched_setaffinity(0, sizeof(set), &set) != 0) {
+    TOPOCCL_WARN("rank %d: could not bind to CPU %d (%s) for %zu ranks sharing %zu CPUs; the scheduler places it (%s=0 "
+                 "skips the attempt)",
+                 rank_, cpus[myIndex], std::strerror(errno), machineCpus.size(), topo::cpuCount(machineCpus[myIndex]),
+                 params::kBindOversubscribed.name());
+    cpus[myIndex] = -1;
+  }
+  for (size_t i = 0; i < cpus.size(); ++i)
+    if (cpus[i] >= 0) machineCpus[i] = topo::singleCpu(cpus[i]);
+  if (cpus[myIndex] < 0) return;
+  mine = machineCpus[myIndex];
+  boundCpu_ = cpus[myIndex];
 }
 
 // Each host's lowest rank publishes its host's report; every rank fuses the same set of reports, so

@@ -161,6 +161,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   Communicator(int rank, int nranks, CommOptions options);
   void initialize(const bootstrap::UniqueId& id);
   void gatherClusterTopology();
+  // topo::oversubscribedRankCpu for every rank on this machine: binds the calling thread (the progress engine,
+  // started after, inherits it) and rewrites `machineCpus` and `mine` to the sets the ranks now have.
+  void bindOversubscribed(std::vector<topo::CpuSet>& machineCpus, size_t myIndex, bool ownProcesses, topo::CpuSet& mine);
   void progressLoop();
   void runGroup(std::vector<Operation>& operations);
   // Arms the doorbells of every connection the executions wait on; false (and nothing armed) when one of
@@ -244,6 +247,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::vector<const CollectiveArgs*> groupCollectives_;
   std::vector<std::function<void()>> groupAfter_;
   bool sharesCores_ = false;  // other ranks may run on this rank's cores (topo::sharesCores)
+  int boundCpu_ = -1;         // the CPU this rank bound itself to (TOPOCCL_BIND_OVERSUBSCRIBED), or -1
   // Idle polls before the progress loop yields its core: many when the rank has its cores to itself (a yield
   // is a syscall, and the peer is about to answer), few when it shares them.
   unsigned spinsBeforeYield_ = 1;

@@ -50,6 +50,40 @@ bool sharesCores(const CpuSet& mine, const std::vector<CpuSet>& machine, size_t 
   return overlapping > cpuCount(together);
 }
 
+namespace {
+
+bool sameCpus(const CpuSet& a, const CpuSet& b) {
+  for (size_t w = 0; w < std::max(a.size(), b.size()); ++w)
+    if ((w < a.size() ? a[w] : 0) != (w < b.size() ? b[w] : 0)) return false;
+  return true;
+}
+
+}  // namespace
+
+int oversubscribedRankCpu(const std::vector<CpuSet>& machine, size_t machineIndex, bool ownProcesses) {
+  if (!ownProcesses || machineIndex >= machine.size()) return -1;
+  const CpuSet& shared = machine.front();
+  const size_t cpus = cpuCount(shared);
+  // Only an even split: 3 ranks bound 0 1 0 ran 8 B all-reduces at 40-190 us until they settled and 2 MiB at 1.7x
+  // the time of 3 unbound ranks, which the scheduler balances over both CPUs (perf/RESULTS.md).
+  if (cpus == 0 || machine.size() <= cpus || machine.size() % cpus != 0) return -1;
+  for (const CpuSet& other : machine)
+    if (!sameCpus(other, shared)) return -1;  // someone placed the ranks (mpirun --bind-to, taskset, a cpuset): theirs to decide
+  size_t wanted = machineIndex % cpus;
+  for (size_t w = 0; w < shared.size(); ++w)
+    for (uint64_t bits = shared[w]; bits != 0; bits &= bits - 1) {
+      if (wanted == 0) return static_cast<int>(w * 64 + static_cast<size_t>(std::countr_zero(bits)));
+      --wanted;
+    }
+  return -1;  // not reached: wanted < cpus
+}
+
+CpuSet singleCpu(int cpu) {
+  CpuSet set(static_cast<size_t>(cpu) / 64 + 1, 0);
+  set.back() |= uint64_t{1} << (cpu % 64);
+  return set;
+}
+
 Locality::Locality(std::vector<RankPlace> places) : places_(std::move(places)), hostOf_(places_.size()) {
   std::map<std::string, int> hostIndex;
   for (size_t r = 0; r < places_.size(); ++r) {

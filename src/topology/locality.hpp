@@ -30,6 +30,14 @@ size_t cpuCount(const CpuSet& cpus);
 // one CPU do, and a rank pinned alone beside them does not. When any affinity is unknown (empty), the
 // ranks are counted against `machineCpus` instead.
 bool sharesCores(const CpuSet& mine, const std::vector<CpuSet>& machine, size_t machineCpus);
+// The CPU to bind the rank at `machineIndex` of `machine` (every rank on this machine, in rank order) to, or -1
+// to leave it where the scheduler puts it. Only ranks nobody placed are bound: each in a process of its own
+// (`ownProcesses`), every affinity known and the same, and a multiple (2 or more) of those n CPUs in number.
+// Rank i then takes the (i mod n)-th CPU, so each CPU runs an equal share; left alone, 4 ranks on 2 CPUs drew a
+// 3 + 1 split in about half the launches and ran small collectives at half speed (perf/RESULTS.md).
+int oversubscribedRankCpu(const std::vector<CpuSet>& machine, size_t machineIndex, bool ownProcesses);
+// A set holding only `cpu`.
+CpuSet singleCpu(int cpu);
 const char* proximityName(Proximity p) noexcept;
 
 class Locality {

@@ -82,3 +82,41 @@ TEST_CASE("locality: currentCpuSet reads this thread's affinity") {
     CHECK(inSet == static_cast<bool>(CPU_ISSET(c, &expected)));
   }
 }
+
+TEST_CASE("locality: ranks nobody placed that outnumber their CPUs take one each in turn") {
+  const CpuSet two = cpus({0, 1});
+  const std::vector<CpuSet> four(4, two);
+  // 4 on 2: 0 1 0 1, so each CPU runs two (never the 3 + 1 the scheduler may draw).
+  CHECK(oversubscribedRankCpu(four, 0, true) == 0);
+  CHECK(oversubscribedRankCpu(four, 1, true) == 1);
+  CHECK(oversubscribedRankCpu(four, 2, true) == 0);
+  CHECK(oversubscribedRankCpu(four, 3, true) == 1);
+  // 9 on 3 CPUs that are not the first ones, across a word boundary: 5 63 64 5 63 64 5 63 64.
+  const CpuSet scattered = cpus({5, 63, 64});
+  const std::vector<CpuSet> nine(9, scattered);
+  const int expected[] = {5, 63, 64, 5, 63, 64, 5, 63, 64};
+  for (size_t i = 0; i < 9; ++i) CHECK(oversubscribedRankCpu(nine, i, true) == expected[i]);
+  // 3 on one CPU: all on it.
+  for (size_t i = 0; i < 3; ++i) CHECK(oversubscribedRankCpu(std::vector<CpuSet>(3, cpus({7})), i, true) == 7);
+  // A set read from the wire carries trailing zero words; it is the same set.
+  CpuSet padded = two;
+  padded.resize(16, 0);
+  CHECK(oversubscribedRankCpu({two, padded, two, padded}, 2, true) == 0);
+}
+
+TEST_CASE("locality: ranks someone placed, or that fit, are left alone") {
+  const CpuSet two = cpus({0, 1});
+  CHECK(oversubscribedRankCpu({two, two}, 0, true) == -1);              // 2 on 2: they fit
+  CHECK(oversubscribedRankCpu({two, two, two}, 0, true) == -1);         // 3 on 2: no even split
+  CHECK(oversubscribedRankCpu(std::vector<CpuSet>(7, cpus({5, 63, 64})), 0, true) == -1);  // 7 on 3
+  CHECK(oversubscribedRankCpu({two}, 0, true) == -1);                   // alone
+  CHECK(oversubscribedRankCpu(std::vector<CpuSet>(4, two), 1, false) == -1);  // thread ranks share a process
+  // mpirun --bind-to core --oversubscribe, or a launcher's taskset: the affinities differ.
+  CHECK(oversubscribedRankCpu({cpus({0}), cpus({0}), cpus({1}), cpus({1})}, 0, true) == -1);
+  CHECK(oversubscribedRankCpu({two, two, two, cpus({0})}, 0, true) == -1);
+  // An unknown affinity (empty) is not evidence that nobody placed the ranks.
+  CHECK(oversubscribedRankCpu({two, {}, two, two}, 0, true) == -1);
+  CHECK(oversubscribedRankCpu({{}, {}, {}}, 0, true) == -1);
+  CHECK(oversubscribedRankCpu({two, two, two, two}, 4, true) == -1);  // an index past the machine
+  CHECK(singleCpu(70) == CpuSet{0, uint64_t{1} << 6});
+}
