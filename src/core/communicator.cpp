@@ -430,7 +430,7 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
                  "stores from %s (x %zu ranks), below that %s; %s; peers via%s",
                  options_.name.c_str(), rank_, nranks_, locality_->nhosts(), sliceBytes_, slicesPerStep_, nchannels_, spinsBeforeYield_,
                  sharesCores_ ? "cores shared with other ranks" : "cores of its own", streamingFrom.c_str(), machineRanks_, bulkCopy_ ? "rep movsb" : "memcpy",
-                 boundCpu_ >= 0 ? ("bound to CPU " + std::to_string(boundCpu_) + " (ranks outnumber the CPUs; " +
+                 boundCpu_ >= 0 ? ("bound to CPU " + std::to_string(boundCpu_) + " (ranks are a multiple of the CPUs; " +
                                    params::kBindOversubscribed.name() + "=0 leaves them to the scheduler)").c_str()
                                 : "placement left as found",
                  routes.str().c_str());

@@ -64,7 +64,7 @@ int oversubscribedRankCpu(const std::vector<CpuSet>& machine, size_t machineInde
   if (!ownProcesses || machineIndex >= machine.size()) return -1;
   const CpuSet& shared = machine.front();
   const size_t cpus = cpuCount(shared);
-  // Only an even split: 3 ranks bound 0 1 0 ran 8 B all-reduces at 40-190 us until they settled and 2 MiB at 1.7x
+  // Only an even split: 3 ranks bound 0 1 0 ran their first 8 B all-reduces at up to 190 us and 2 MiB at 1.7x
   // the time of 3 unbound ranks, which the scheduler balances over both CPUs (perf/RESULTS.md).
   if (cpus == 0 || machine.size() <= cpus || machine.size() % cpus != 0) return -1;
   for (const CpuSet& other : machine)

@@ -1,8 +1,8 @@
 // Ranks that are a multiple of their CPUs and that nobody placed bind themselves one to a CPU in turn at
 // communicator creation (TOPOCCL_BIND_OVERSUBSCRIBED); ranks that fit or split unevenly, thread ranks and the
-// setting turned off are left as they were. The parent narrows its own affinity to two CPUs (one where it has only one) before forking, so
-// the children see the same small machine on any host. Each rank also checks an all-reduce against a
-// double-precision sum of every rank's fresh random inputs.
+// setting turned off are left as they were. The parent narrows its own affinity to two CPUs (one where it has
+// only one) before forking, so the children see the same small machine on any host. Each rank also checks an
+// all-reduce against a double-precision sum of every rank's fresh random inputs.
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
