@@ -1195,6 +1195,7 @@ void Communicator::runGroup(std::vector<Operation>& operations) {
   // The stall clock starts 256 idle spins after a move: a short wait never reads it.
   std::chrono::steady_clock::time_point lastMove{};
   unsigned idle = 0;
+  unsigned nextPollLook = 0;  // the idle count at which to ask again whether every connection can be poll()ed
   unsigned loops = 0;
   for (;;) {
     if (aborted_.load(std::memory_order_relaxed)) throwInvalidUsage("communicator was aborted (ncclCommAbort)");
@@ -1229,7 +1230,7 @@ void Communicator::runGroup(std::vector<Operation>& operations) {
 
     if (moved) {
       if (!armedBells_.empty()) transport::disarm(armedBells_);
-      idle = 0;
+      idle = nextPollLook = 0;
       continue;
     }
     // Spin while our ranks have cores to themselves; yield, then sleep, soon when they share them. Shm and
@@ -1244,7 +1245,7 @@ void Communicator::runGroup(std::vector<Operation>& operations) {
       slept = true;
     } else if (idle > idleBeforeSleep_ && armDoorbells(current.get(), pointToPoint.get())) {
       slept = true;  // one more look at the connections before sleeping, in the next loop
-    } else if (idle > idleBeforePoll_) {
+    } else if (idle > idleBeforePoll_ && idle >= nextPollLook) {
       pollFds_.clear();
       bool pollable = current || (pointToPoint && !pointToPoint->finished());
       if (pollable && current) pollable = current->addPollDescriptors(pollFds_);
@@ -1252,6 +1253,8 @@ void Communicator::runGroup(std::vector<Operation>& operations) {
       if (pollable && !pollFds_.empty()) {
         ::poll(pollFds_.data(), pollFds_.size(), 1);  // 1 ms: abort and the stall clock stay responsive
         slept = true;
+      } else {
+        nextPollLook = idle + 256;  // shared memory in play: not on every spin (a socket's handshake may yet finish)
       }
     }
     if (!slept && idle > spinsBeforeYield_) sched_yield();

@@ -28,6 +28,12 @@ Execution::Execution(std::string operation, std::vector<ResolvedLane> lanes, ker
   for (size_t l = 0; l < lanes_.size(); ++l) {
     stagingOf_[l].assign(lanes_[l].steps.size(), nullptr);
     mirroredBytes_[l].assign(lanes_[l].steps.size(), 0);
+    for (ResolvedStep& step : lanes_[l].steps) {
+      step.sliceBytes = sliceBytesFor(step.bytes);
+      step.slices = step.bytes == 0 ? 0 : (step.bytes + step.sliceBytes - 1) / step.sliceBytes;
+      hasStaging_ |= step.kind == StepKind::RecvReduceSend;
+      hasMirrors_ |= step.mirror != nullptr;
+    }
   }
   placeStaging();
   for (const auto& lane : lanes_)
@@ -57,10 +63,11 @@ void Execution::reset() {
     state.slices = state.slicesPosted = state.slicesDone = 0;
     state.bounced = {};
   }
-  for (auto& bytes : mirroredBytes_) std::fill(bytes.begin(), bytes.end(), 0);
+  if (hasMirrors_)
+    for (auto& bytes : mirroredBytes_) std::fill(bytes.begin(), bytes.end(), 0);
   inFlight_.clear();
-  moved_ = finished_ = false;
-  placeStaging();  // another execution may have grown the shared arena
+  moved_ = finished_ = posted_ = false;
+  if (hasStaging_) placeStaging();  // another execution may have grown the shared arena
 }
 
 size_t Execution::sliceLength(const LaneState& state, const ResolvedStep& step, size_t slice) const {
@@ -85,6 +92,7 @@ bool Execution::depsSatisfied(const ResolvedStep& step) const {
 }
 
 bool Execution::writeHazard(const char* begin, const char* end) {
+  if (inFlight_.empty()) return false;
   bool hazard = false;
   std::erase_if(inFlight_, [&](const InFlightSend& s) {
     if (s.conn->sendsCompleted() >= s.ticket) return true;
@@ -97,15 +105,16 @@ bool Execution::writeHazard(const char* begin, const char* end) {
 void Execution::postSend(transport::Connection* conn, const char* data, size_t bytes, char* mirror) {
   const transport::Ticket ticket = mirror ? conn->postSendMirrored(data, mirror, bytes) : conn->postSend(data, bytes);
   inFlight_.push_back({conn, ticket, data, data + bytes});
-  sendsToFlush_ = true;
+  sendsToFlush_ = posted_ = true;
+  ++posts_;
 }
 
 void Execution::startStep(size_t laneIndex) {
   LaneState& state = states_[laneIndex];
   const ResolvedStep& step = lanes_[laneIndex].steps[state.step];
   state.stepStarted = true;
-  state.sliceBytes = sliceBytesFor(step.bytes);
-  state.slices = step.bytes == 0 ? 0 : (step.bytes + state.sliceBytes - 1) / state.sliceBytes;
+  state.sliceBytes = step.sliceBytes;
+  state.slices = step.slices;
   state.slicesPosted = 0;
   state.slicesDone = 0;
 }
@@ -153,7 +162,8 @@ bool Execution::pumpReceives(size_t laneIndex) {
     }
     state.recvTickets[state.slicesPosted % kWindow] = lane.recvConn->postRecv(action, length);
     ++state.slicesPosted;
-    moved_ = true;
+    moved_ = posted_ = true;
+    ++posts_;
   }
 
   while (state.slicesDone < state.slicesPosted &&
@@ -242,21 +252,36 @@ bool Execution::progress() {
   moved_ = false;
   size_t lane = lanes_.size();  // which lane was advancing, for the error context
   try {
-    for (auto* conn : connections_) conn->progress();
-    bool allLanesDone = true;
-    for (lane = 0; lane < lanes_.size(); ++lane) {
-      if (!advanceLane(lane)) allLanesDone = false;
-      // Hand new sends to the transports before a later lane's local copy or reduce keeps this
-      // thread busy: a zero-copy peer can read them meanwhile.
-      if (sendsToFlush_ && lane + 1 < lanes_.size()) {
-        sendsToFlush_ = false;
-        for (auto* conn : connections_) conn->progress();
-      }
-    }
+    // Until this run posts something, the connections hold nothing of it (the run before finished every send
+    // and receive it posted), so the first pass of a call goes straight to the lanes.
+    if (posted_)
+      for (auto* conn : connections_) conn->progress();
     sendsToFlush_ = false;
-    lane = lanes_.size();
+    bool allLanesDone = false;
+    // A second pass when the first posted something: the transports take it right away, and a receive whose data
+    // is already there (a peer ahead of us) completes in this call instead of the engine's next loop.
+    for (int pass = 0; pass < 2; ++pass) {
+      const uint64_t postsBefore = posts_;
+      allLanesDone = true;
+      for (lane = 0; lane < lanes_.size(); ++lane) {
+        if (!advanceLane(lane)) allLanesDone = false;
+        // Hand new sends to the transports before a later lane's local copy or reduce keeps this
+        // thread busy: a zero-copy peer can read them meanwhile.
+        if (sendsToFlush_ && lane + 1 < lanes_.size()) {
+          sendsToFlush_ = false;
+          for (auto* conn : connections_) conn->progress();
+        }
+      }
+      lane = lanes_.size();
+      if (allLanesDone || posts_ == postsBefore || pass == 1) break;
+      sendsToFlush_ = false;
+      for (auto* conn : connections_) conn->progress();
+    }
     if (!allLanesDone) return false;
-    for (auto* conn : connections_) conn->progress();
+    // Receives are complete once their lanes are; only sends may still be with the transports.
+    if (sendsToFlush_ || !inFlight_.empty())
+      for (auto* conn : connections_) conn->progress();
+    sendsToFlush_ = false;
   } catch (const Error& e) {
     const std::string where = lane < lanes_.size() ? lanes_[lane].label + ": " : std::string();
     throw Error(e.code(), operation_ + ": " + where + e.what());

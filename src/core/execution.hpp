@@ -6,6 +6,7 @@
 #include <array>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,6 +28,9 @@ struct ResolvedStep {
   // connection can, the receiver writes them there too and that Copy (step `mirrorCopyStep`) is skipped.
   char* mirror = nullptr;
   size_t mirrorCopyStep = 0;
+  // How the step is cut, set by Execution (sliceBytesFor): computed once, not on every run of the step.
+  size_t sliceBytes = 0;
+  size_t slices = 0;
 };
 
 struct ResolvedLane {
@@ -146,7 +150,11 @@ class Execution {
   size_t sliceBytes_;
   size_t slicesPerStep_;
   transport::CopyFn copy_ = nullptr;
+  bool hasStaging_ = false;    // some step is a RecvReduceSend (placeStaging has work)
+  bool hasMirrors_ = false;    // some send is mirrored (mirroredBytes_ is reset per run)
   bool moved_ = false;
+  bool posted_ = false;        // this run handed the transports something (before that they have nothing of it)
+  uint64_t posts_ = 0;         // sends and receives posted, ever (a pass that posts nothing needs no second pass)
   bool sendsToFlush_ = false;  // posted since the transports last progressed
   bool finished_ = false;
 };

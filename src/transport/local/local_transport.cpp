@@ -12,6 +12,7 @@
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "common/params.hpp"
+#include "common/ring_queue.hpp"
 #include "transport/doorbell.hpp"
 
 namespace topoccl::transport {
@@ -263,7 +264,7 @@ class LocalConnection final : public Connection {
   Ticket sendsPosted_ = 0;
   Ticket recvsPosted_ = 0;
   Ticket recvsCompleted_ = 0;
-  std::deque<PendingRecv> recvs_;
+  RingQueue<PendingRecv> recvs_;
 };
 
 class LocalTransport final : public Transport {

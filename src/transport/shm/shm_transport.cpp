@@ -14,7 +14,6 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
-#include <deque>
 #include <new>
 #include <optional>
 #include <vector>
@@ -22,6 +21,7 @@
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "common/params.hpp"
+#include "common/ring_queue.hpp"
 #include "transport/doorbell.hpp"
 #include "transport/shm/shared_allocation.hpp"
 
@@ -378,6 +378,12 @@ class ShmConnection final : public Connection {
 
   void progress() override {
     if (failure_) throw *failure_;
+    // Nothing of ours waits on the peer, and it rejected nothing we sent: nothing to do (checkPeerAlive's idle case).
+    if (sends_.empty() && recvs_.empty() && inEstablished_ && outEstablished_ &&
+        out_.header->receiverFailed.load(std::memory_order_acquire) == 0) {
+      waitPolls_ = 0;
+      return;
+    }
     try {
       advanceHandshake();
       if (outEstablished_ && out_.header->receiverFailed.load(std::memory_order_acquire) != 0) {
@@ -1067,7 +1073,7 @@ class ShmConnection final : public Connection {
   bool inEstablished_ = false;
   uint64_t inTail_ = 0;           // the next slot we read
   uint64_t inTailPublished_ = 0;  // what the sender sees: header->tail (releaseIncomingSlots)
-  std::deque<PendingRecv> recvs_;
+  RingQueue<PendingRecv> recvs_;
   Ticket recvsPosted_ = 0;
   Ticket recvsCompleted_ = 0;
   std::vector<unsigned char> staging_;
@@ -1091,7 +1097,7 @@ class ShmConnection final : public Connection {
   uint64_t outTailSeen_ = 0;  // the receiver's tail when we last looked
   uint64_t payloadHead_ = 0;  // payload ring bytes ever reserved
   std::vector<uint64_t> payloadEndAt_;  // payloadHead_ after descriptor n, at n % size (2 x descriptors: in flight <= 1 x)
-  std::deque<PendingSend> sends_;
+  RingQueue<PendingSend> sends_;
   size_t nextToPublish_ = 0;  // sends_[0, nextToPublish_) are fully in the FIFO
   Ticket sendsPosted_ = 0;
   Ticket sendsCompleted_ = 0;
