@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Instructions per call of one small collective on one rank, counted by callgrind: a deterministic measure of the
+# per-call path's cost, where timings of 0.3-1 us calls swing 2x between launches on a shared 2-core machine.
+#   perf/compare/calls.sh [COLL] [NP] [RANK] [BYTES] [BUILD_DIR]
+#   perf/compare/calls.sh broadcast 2 1          # the receiving rank of a 2-rank 8-byte broadcast
+#   perf/compare/calls.sh alltoall 2 0 8 /tmp/before/build   # another build (a worktree of an earlier commit)
+# The counted rank runs under valgrind, about 50x slower, so the others are always ahead of it: its count is
+# the path of a call whose peers' data is already there (no waiting loops), in and out of place averaged.
+set -euo pipefail
+COLL=${1:-alltoall} NP=${2:-2} RANK=${3:-0} BYTES=${4:-8} BUILD=${5:-build}
+ITERS=${ITERS:-20000} WARMUP=100
+command -v valgrind >/dev/null || { echo "calls.sh: needs valgrind (apt-get install valgrind)" >&2; exit 2; }
+bin="$BUILD/perf/${COLL}_perf"
+[ -x "$bin" ] || { echo "calls.sh: $bin not built" >&2; exit 2; }
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+cat >"$out/wrap.sh" <<EOF
+#!/usr/bin/env bash
+if [ "\$OMPI_COMM_WORLD_RANK" = "$RANK" ]; then
+  exec valgrind --tool=callgrind --callgrind-out-file="$out/callgrind.out" --toggle-collect='*runPerf*' -q "\$@"
+fi
+exec "\$@"
+EOF
+chmod +x "$out/wrap.sh"
+# The slow rank must not trip the stall timeout of the ranks waiting on it.
+mpirun --allow-run-as-root --oversubscribe -np "$NP" -x TOPOCCL_TIMEOUT_MS=600000 "$out/wrap.sh" "$bin" \
+  -b "$BYTES" -e "$BYTES" -n "$ITERS" -w "$WARMUP" >"$out/bench.txt" 2>&1 || { cat "$out/bench.txt" >&2; exit 1; }
+calls=$((2 * (ITERS + WARMUP)))  # out of place and in place
+# The public entry point (ncclAllReduce, ncclBroadcast, ...), inclusive of everything it calls.
+callgrind_annotate --inclusive=yes "$out/callgrind.out" 2>/dev/null |
+  awk -v calls="$calls" -v what="$COLL $BYTES B, $NP ranks, rank $RANK" '
+    /src\/api\/nccl_api\.cpp:nccl[A-Z][A-Za-z]+ / && !done { gsub(",", "", $1); printf "%s: %.0f instructions per call\n", what, $1 / calls; done = 1 }
+    END { if (!done) { print "calls.sh: no nccl* entry point in the profile" > "/dev/stderr"; exit 1 } }'
