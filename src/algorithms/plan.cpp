@@ -40,26 +40,6 @@ const char* stepKindName(StepKind k) noexcept {
   return "unknown";
 }
 
-bool stepSends(StepKind k) noexcept {
-  return k == StepKind::Send || k == StepKind::RecvReduceSend || k == StepKind::RecvCopySend ||
-         k == StepKind::RecvReduceCopySend;
-}
-
-bool stepReceives(StepKind k) noexcept {
-  return k == StepKind::Recv || k == StepKind::RecvReduceSend || k == StepKind::RecvReduceCopy ||
-         k == StepKind::RecvCopySend || k == StepKind::RecvReduceCopySend;
-}
-
-bool stepReads(StepKind k) noexcept {
-  return k == StepKind::Send || k == StepKind::RecvReduceSend || k == StepKind::RecvReduceCopy ||
-         k == StepKind::RecvReduceCopySend || k == StepKind::Copy || k == StepKind::Reduce;
-}
-
-bool stepWrites(StepKind k) noexcept {
-  return k == StepKind::Recv || k == StepKind::RecvReduceCopy || k == StepKind::RecvCopySend ||
-         k == StepKind::RecvReduceCopySend || k == StepKind::Copy || k == StepKind::Reduce;
-}
-
 ElementRange chunkElements(const Plan& plan, size_t blockCount, uint32_t chunk, size_t align) noexcept {
   const uint64_t cpb = plan.chunksPerBlock;
   const uint64_t block = chunk / cpb;

@@ -39,10 +39,23 @@ enum class StepKind : uint8_t {
   Reduce,              // dst = dst (+) src (local)
 };
 const char* stepKindName(StepKind k) noexcept;  // MSCCL spelling: "s", "r", "rrs", "rrc", "rcs", "rrcs", "cpy", "re", "nop"
-bool stepSends(StepKind k) noexcept;
-bool stepReceives(StepKind k) noexcept;
-bool stepReads(StepKind k) noexcept;   // reads src
-bool stepWrites(StepKind k) noexcept;  // writes dst
+// Inline: the executor asks on every step of every call.
+constexpr bool stepSends(StepKind k) noexcept {
+  return k == StepKind::Send || k == StepKind::RecvReduceSend || k == StepKind::RecvCopySend ||
+         k == StepKind::RecvReduceCopySend;
+}
+constexpr bool stepReceives(StepKind k) noexcept {
+  return k == StepKind::Recv || k == StepKind::RecvReduceSend || k == StepKind::RecvReduceCopy ||
+         k == StepKind::RecvCopySend || k == StepKind::RecvReduceCopySend;
+}
+constexpr bool stepReads(StepKind k) noexcept {  // reads src
+  return k == StepKind::Send || k == StepKind::RecvReduceSend || k == StepKind::RecvReduceCopy ||
+         k == StepKind::RecvReduceCopySend || k == StepKind::Copy || k == StepKind::Reduce;
+}
+constexpr bool stepWrites(StepKind k) noexcept {  // writes dst
+  return k == StepKind::Recv || k == StepKind::RecvReduceCopy || k == StepKind::RecvCopySend ||
+         k == StepKind::RecvReduceCopySend || k == StepKind::Copy || k == StepKind::Reduce;
+}
 
 // A run of `count` consecutive chunks of one buffer, starting at chunk `offset`.
 struct ChunkRange {

@@ -91,8 +91,7 @@ bool Execution::depsSatisfied(const ResolvedStep& step) const {
   return true;
 }
 
-bool Execution::writeHazard(const char* begin, const char* end) {
-  if (inFlight_.empty()) return false;
+bool Execution::readByPendingSend(const char* begin, const char* end) {
   bool hazard = false;
   std::erase_if(inFlight_, [&](const InFlightSend& s) {
     if (s.conn->sendsCompleted() >= s.ticket) return true;

@@ -124,7 +124,10 @@ class Execution {
 
   bool advanceLane(size_t laneIndex);
   bool depsSatisfied(const ResolvedStep& step) const;
-  bool writeHazard(const char* begin, const char* end);  // true while a pending send reads there
+  // True while a pending send reads [begin, end); drops the sends that completed. Inline while nothing is in flight
+  // (the small-message case: sends complete when published).
+  bool writeHazard(const char* begin, const char* end) { return !inFlight_.empty() && readByPendingSend(begin, end); }
+  bool readByPendingSend(const char* begin, const char* end);
   void startStep(size_t laneIndex);
   void finishStep(LaneState& state);
   void postSend(transport::Connection* conn, const char* data, size_t bytes, char* mirror = nullptr);
