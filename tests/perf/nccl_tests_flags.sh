@@ -34,16 +34,16 @@ case $what in
       END { if (rows != 6) { print "FAILED: " rows " rows, expected 6"; bad = 1 } exit bad }'
     # -K: the statistics count the iterations after the skipped ones.
     json=$("$build/perf/alltoall_perf" -t 2 -b 64 -e 64 -n 30 -w 1 -c 1 -I 1 -K 7 --json)
-    [ "$(echo "$json" | grep -c '"counted_iterations": 23,')" = 2 ] || fail "-K 7 of -n 30 did not count 23 iterations: $json"
-    [ "$(echo "$json" | grep -c '"skipped_iterations": 7')" = 2 ] || fail "-K 7 not reported"
+    [ "$(grep -c '"counted_iterations": 23,' <<<"$json")" = 2 ] || fail "-K 7 of -n 30 did not count 23 iterations: $json"
+    [ "$(grep -c '"skipped_iterations": 7' <<<"$json")" = 2 ] || fail "-K 7 not reported"
     # The table: four more columns per block and the timestamp, as nccl-tests prints them.
     table=$("$build/perf/reduce_scatter_perf" -t 2 -b 1K -e 1K -n 5 -w 0 -I 1 -S 1)
-    echo "$table" | grep -q 'i_min    i_max    i_p99    i_cv%     time' || fail "no per-iteration columns: $table"
-    echo "$table" | grep -Eq '^ +1024 +128 +float +sum +-1( +[0-9.e+-]+){4}( +[0-9.e+-]+){4}( +[0-9.e+-]+){4}( +[0-9.e+-]+){4} +20[0-9-]+ [0-9:]+$' ||
+    grep -q 'i_min    i_max    i_p99    i_cv%     time' <<<"$table" || fail "no per-iteration columns: $table"
+    grep -Eq '^ +1024 +128 +float +sum +-1( +[0-9.e+-]+){4}( +[0-9.e+-]+){4}( +[0-9.e+-]+){4}( +[0-9.e+-]+){4} +20[0-9-]+ [0-9:]+$' <<<"$table" ||
       fail "a row is not size, count, type, redop, root, 2 x (4 + 4) numbers, a timestamp: $table"
     # A skip that leaves nothing is refused with the flags named.
     if err=$("$build/perf/all_reduce_perf" -t 2 -n 5 -I 1 -K 5 2>&1); then fail "-K 5 of -n 5 was accepted"; fi
-    echo "$err" | grep -q -- '-K/--per_iter_skip 5 must be >= 0 and leave some of the 5 iterations of -n/--iters' || fail "message: $err"
+    grep -q -- '-K/--per_iter_skip 5 must be >= 0 and leave some of the 5 iterations of -n/--iters' <<<"$err" || fail "message: $err"
     ;;
   timeout)
     # Rank 1 stops calling before its first size; the others wait in their first call. -T 1 must end the run with
@@ -62,7 +62,7 @@ case $what in
     [ "$rc" -ne 0 ] || fail "the run succeeded with a rank that never calls"
     [ "$rc" -ne 124 ] || fail "-T did not end the run within 120 s"
     [ "$elapsed" -le 30 ] || fail "-T 1 took $elapsed s to end the run"
-    echo "$out" | grep -Eq 'Test timeout: rank [02]: all_reduce of 1024 B float sum out of place, warm-up call 1 has waited [0-9.]+ s, over the -T/--timeout of 1 s' ||
+    grep -Eq 'Test timeout: rank [02]: all_reduce of 1024 B float sum out of place, warm-up call 1 has waited [0-9.]+ s, over the -T/--timeout of 1 s' <<<"$out" ||
       fail "no 'Test timeout' naming the rank and the call"
     ;;
   *) fail "unknown check '$what' (per-iter, timeout)" ;;
