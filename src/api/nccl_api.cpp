@@ -242,6 +242,12 @@ ncclResult_t enqueueCollective(const char* function, Collective collective, cons
       comm->impl->enqueueOnGpu(function, args, stream);
       return ncclSuccess;
     }
+    if (tlsGroup.depth == 0 && comm->impl->options().blocking) {
+      std::string message;
+      const ncclResult_t result = comm->impl->runCollective(args, message);
+      if (result != ncclSuccess) setLastError(message);
+      return result;
+    }
     return enqueue(comm, args);
   });
 }

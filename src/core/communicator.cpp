@@ -1170,18 +1170,22 @@ bool Communicator::armDoorbells(Execution* collective, Execution* pointToPoint) 
 }
 
 void Communicator::runGroup(std::vector<Operation>& operations) {
-  transport::disarm(armedBells_);  // left armed by an error in the last call
   // Members, so the per-call path reuses their capacity (one job runs at a time).
-  auto& p2p = groupPointToPoint_;
-  auto& collectives = groupCollectives_;
-  auto& after = groupAfter_;
-  p2p.clear();
-  collectives.clear();
-  after.clear();
+  groupPointToPoint_.clear();
+  groupCollectives_.clear();
   for (const auto& op : operations) {
-    if (const auto* c = std::get_if<CollectiveArgs>(&op)) collectives.push_back(c);
-    else p2p.push_back(&std::get<PointToPointArgs>(op));
+    if (const auto* c = std::get_if<CollectiveArgs>(&op)) groupCollectives_.push_back(c);
+    else groupPointToPoint_.push_back(&std::get<PointToPointArgs>(op));
   }
+  runGroupLists();
+}
+
+void Communicator::runGroupLists() {
+  transport::disarm(armedBells_);  // left armed by an error in the last call
+  const auto& p2p = groupPointToPoint_;
+  const auto& collectives = groupCollectives_;
+  auto& after = groupAfter_;
+  after.clear();
   // Point-to-point progresses alongside the collectives; collectives run one after another in
   // call order, which every rank shares, so their connections never interleave.
   std::unique_ptr<Execution> pointToPoint = p2p.empty() ? nullptr : buildPointToPoint(p2p);
@@ -1284,6 +1288,11 @@ void Communicator::recordFailure(ncclResult_t code, const std::string& message) 
 }
 
 ncclResult_t Communicator::execute(std::vector<Operation>& operations, std::string& message) {
+  return executeBody(message, [&] { runGroup(operations); });
+}
+
+template <class Body>
+ncclResult_t Communicator::executeBody(std::string& message, Body&& body) {
   if (failed_.load(std::memory_order_acquire)) {
     std::lock_guard lock(queueMutex_);
     message = "communicator already failed: " + asyncErrorMessage_;
@@ -1291,7 +1300,7 @@ ncclResult_t Communicator::execute(std::vector<Operation>& operations, std::stri
   }
   ncclResult_t code = ncclSuccess;
   try {
-    runGroup(operations);
+    body();
   } catch (const Error& e) {
     code = e.code();
     message = e.what();
@@ -1364,18 +1373,26 @@ void Communicator::progressLoop() {
   }
 }
 
-ncclResult_t Communicator::run(std::vector<Operation>& operations, std::string& message) {
-  if (stopping_.load(std::memory_order_relaxed) || aborted_.load(std::memory_order_relaxed)) {
-    message = "communicator is being destroyed or was aborted";
-    return ncclInvalidUsage;
-  }
+bool Communicator::refusesWork(std::string& message) const {
+  if (!stopping_.load(std::memory_order_relaxed) && !aborted_.load(std::memory_order_relaxed)) return false;
+  message = "communicator is being destroyed or was aborted";
+  return true;
+}
+
+bool Communicator::claimInline() {
   // Idle engine and nothing queued: run here, saving two thread hand-offs per call. The engine only runs jobs
   // this thread queued (one thread issues operations at a time, NCCL's rule): once it took the last one
   // (queued_ 0) and released it (busy_ false), it cannot claim again before our next submit(), so plain
   // loads and a store claim it, without a locked instruction.
-  if (queued_.load(std::memory_order_acquire) == 0 && !busy_.load(std::memory_order_acquire)) {
-    busy_.store(true, std::memory_order_relaxed);
-    log::setThreadRank(rank_);
+  if (queued_.load(std::memory_order_acquire) != 0 || busy_.load(std::memory_order_acquire)) return false;
+  busy_.store(true, std::memory_order_relaxed);
+  log::setThreadRank(rank_);
+  return true;
+}
+
+ncclResult_t Communicator::run(std::vector<Operation>& operations, std::string& message) {
+  if (refusesWork(message)) return ncclInvalidUsage;
+  if (claimInline()) {
     const ncclResult_t code = execute(operations, message);
     releaseEngine(false);
     return code;
@@ -1384,6 +1401,21 @@ ncclResult_t Communicator::run(std::vector<Operation>& operations, std::string& 
   work->wait();
   message = work->errorMessage();
   return work->result();
+}
+
+ncclResult_t Communicator::runCollective(const CollectiveArgs& args, std::string& message) {
+  if (refusesWork(message)) return ncclInvalidUsage;
+  if (!claimInline()) {
+    std::vector<Operation> operations{args};
+    return run(operations, message);
+  }
+  const ncclResult_t code = executeBody(message, [&] {
+    groupPointToPoint_.clear();
+    groupCollectives_.assign(1, &args);
+    runGroupLists();
+  });
+  releaseEngine(false);
+  return code;
 }
 
 std::shared_ptr<Work> Communicator::runBlocking(std::vector<Operation> operations) {

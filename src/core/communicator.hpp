@@ -120,6 +120,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // hand-offs per blocking call), else queues it behind the running work and waits. The error text
   // goes to `message`. The per-call path of a blocking caller: no allocation, lock or syscall.
   ncclResult_t run(std::vector<Operation>& operations, std::string& message);
+  // run() of one collective, outside a group: the per-call path of a blocking caller, without the group's
+  // variant and vector.
+  ncclResult_t runCollective(const CollectiveArgs& args, std::string& message);
   // run(), with the outcome as a completed Work.
   std::shared_ptr<Work> runBlocking(std::vector<Operation> operations);
   // Waits until everything queued so far finished (ncclCommFinalize).
@@ -166,6 +169,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   void bindOversubscribed(std::vector<topo::CpuSet>& machineCpus, size_t myIndex, bool ownProcesses, topo::CpuSet& mine);
   void progressLoop();
   void runGroup(std::vector<Operation>& operations);
+  // Runs groupCollectives_ in order and groupPointToPoint_ alongside, to completion.
+  void runGroupLists();
   // Arms the doorbells of every connection the executions wait on; false (and nothing armed) when one of
   // them cannot be slept on that way or none waits.
   bool armDoorbells(Execution* collective, Execution* pointToPoint);
@@ -204,6 +209,12 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
     JobHooks hooks;
   };
   ncclResult_t execute(std::vector<Operation>& operations, std::string& message);  // records the first error
+  template <class Body>
+  ncclResult_t executeBody(std::string& message, Body&& body);  // execute()'s checks and error record around body()
+  // Whether new work is refused (destroyed or aborted); says why in `message`.
+  bool refusesWork(std::string& message) const;
+  // Claims the idle engine for the calling thread; false when a job is queued or running.
+  bool claimInline();
   void recordFailure(ncclResult_t code, const std::string& message);
   // After a job (`queuedJob`: one from the queue, counted in pending_): lets the next one in, wakes
   // whoever waits for it.

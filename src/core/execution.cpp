@@ -131,6 +131,7 @@ bool Execution::pumpReceives(size_t laneIndex) {
   ResolvedLane& lane = lanes_[laneIndex];
   const ResolvedStep& step = lane.steps[state.step];
   const bool forwards = algo::stepSends(step.kind);
+  const size_t postedBefore = state.slicesPosted;
 
   while (state.slicesPosted < state.slices && state.slicesPosted - state.slicesDone < kWindow) {
     const size_t offset = state.slicesPosted * state.sliceBytes;
@@ -164,6 +165,9 @@ bool Execution::pumpReceives(size_t laneIndex) {
     moved_ = posted_ = true;
     ++posts_;
   }
+  // A one-slice step (a small message) just posted: hand it to the transport now, so a message already there
+  // completes in this walk of the lanes rather than in a second one.
+  if (state.slices == 1 && postedBefore == 0 && state.slicesPosted == 1) lane.recvConn->progress();
 
   while (state.slicesDone < state.slicesPosted &&
          lane.recvConn->recvsCompleted() >= state.recvTickets[state.slicesDone % kWindow]) {

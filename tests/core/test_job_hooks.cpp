@@ -222,3 +222,76 @@ TEST_CASE("core: ncclCommGetAsyncError counts a staged (hooked) job as enqueued,
     CHECK(out2 == in);
   }
 }
+
+TEST_CASE("core: runCollective (the blocking per-call path) waits behind queued jobs and reports a failed communicator",
+          "[core][hooks]") {
+  const int nranks = 3;
+  const size_t count = 1543;  // prime
+  std::mt19937_64 rng(std::random_device{}());
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  std::vector<std::vector<float>> queuedIn(nranks, std::vector<float>(count)), directIn = queuedIn;
+  for (int r = 0; r < nranks; ++r)
+    for (size_t i = 0; i < count; ++i) queuedIn[r][i] = value(rng), directIn[r][i] = value(rng);
+  std::vector<std::vector<float>> queuedOut(nranks, std::vector<float>(count, -7.0f)), directOut = queuedOut;
+  std::vector<std::string> errors(nranks);
+  std::vector<std::vector<std::string>> events(nranks);
+  std::atomic<int> finishedCalls{0};
+  const bootstrap::UniqueId id = bootstrap::createUniqueId();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < nranks; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        auto comm = core::Communicator::create(id, nranks, r, core::CommOptions{});
+        std::mutex eventsMutex;
+        auto note = [&](std::string e) {
+          std::lock_guard lock(eventsMutex);
+          events[r].push_back(std::move(e));
+        };
+        std::atomic<bool> started{false}, release{false};
+        core::JobHooks hooks;
+        hooks.before = [&](std::string&) {
+          started.store(true);
+          while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          return ncclSuccess;
+        };
+        hooks.after = [&](ncclResult_t code) { note(code == ncclSuccess ? "queued done" : "queued failed"); };
+        auto queued = comm->submit({allReduce(queuedIn[r], queuedOut[r])}, std::move(hooks));
+        while (!started.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        std::thread releaser([&] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          release.store(true);
+        });
+        // The engine holds the queued job: this call must go behind it, not run on this thread now.
+        std::string message;
+        const ncclResult_t code = comm->runCollective(allReduce(directIn[r], directOut[r]), message);
+        note(code == ncclSuccess ? "direct done" : "direct failed: " + message);
+        releaser.join();
+        queued->wait();
+        finishedCalls.fetch_add(1);
+        while (finishedCalls.load() < nranks) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // no peer mid-call
+        // Aborted: the per-call path refuses with a message, and loses no memory or thread.
+        comm->abort();
+        std::vector<float> untouched(count, -7.0f);
+        const ncclResult_t refused = comm->runCollective(allReduce(directIn[r], untouched), message);
+        note(refused == ncclInvalidUsage && message.find("aborted") != std::string::npos && untouched[0] == -7.0f
+                 ? "refused after abort"
+                 : "accepted after abort");
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < nranks; ++r) {
+    INFO("rank " << r);
+    CHECK(errors[r].empty());
+    CHECK(events[r] == std::vector<std::string>{"queued done", "direct done", "refused after abort"});
+    size_t wrong = 0;
+    for (size_t i = 0; i < count; ++i) {
+      double queuedSum = 0, directSum = 0;
+      for (int q = 0; q < nranks; ++q) queuedSum += queuedIn[q][i], directSum += directIn[q][i];
+      if (std::abs(queuedOut[r][i] - queuedSum) > 1e-5 * (1 + std::abs(queuedSum))) ++wrong;
+      if (std::abs(directOut[r][i] - directSum) > 1e-5 * (1 + std::abs(directSum))) ++wrong;
+    }
+    CHECK(wrong == 0);
+  }
+}
