@@ -216,39 +216,76 @@ ncclResult_t enqueue(ncclComm* comm, core::Operation op) {
   return runOperationsAndWait(std::move(single));
 }
 
+// The last host collective whose checks passed on this thread, with what it was built from. A training loop or a
+// benchmark repeats one call, and the checks are a function of these and of the handle's generation alone.
+struct CheckedCall {
+  ncclComm* comm = nullptr;
+  uint64_t generation = 0;
+  Collective collective = Collective::AllReduce;
+  const void* send = nullptr;
+  const void* recv = nullptr;
+  size_t count = 0;
+  ncclDataType_t datatype = ncclFloat32;
+  int op = -1;  // -1: none; only built-in ops are kept (a custom op may be destroyed)
+  int root = 0;
+  core::CollectiveArgs args;
+};
+thread_local CheckedCall tlsCheckedCall;
+
 ncclResult_t enqueueCollective(const char* function, Collective collective, const void* send, void* recv,
                                size_t count, ncclDataType_t datatype, const ncclRedOp_t* op, int root,
                                ncclComm_t commHandle, cudaStream_t stream) {
   return guarded(function, [&] {
     ncclComm* comm = checkComm(commHandle, function);
-    const int nranks = comm->impl->nranks();
-    const int rank = comm->impl->rank();
-    core::CollectiveArgs args;
-    args.collective = collective;
-    args.send = send;
-    args.recv = recv;
-    args.count = count;
-    args.type = checkType(datatype, function);
-    if (op) args.reduce = checkOp(comm, *op, args.type, function);
-    topoccl::api::checkCollectiveArguments(function, rank, nranks, root, args);
-    // GPU buffers go to the stream at once (NCCL's semantics), inside a group or not; host buffers run on the
-    // host path. core::gpuAvailable() is false without CUDA or a device, and then no pointer is queried.
-    if (core::gpuAvailable() && (core::isGpuPointer(send) || core::isGpuPointer(recv))) {
-      comm->impl->checkGpuBuffers(function, args);
-      if (tlsGroup.depth > 0) {
-        tlsGroup.gpuCollectives.push_back({comm, function, args, stream});
+    const int rawOp = op ? static_cast<int>(*op) : -1;
+    CheckedCall& last = tlsCheckedCall;
+    const bool repeated = last.comm == comm && last.generation == tlsCheckedComm.generation &&
+                          last.collective == collective && last.send == send && last.recv == recv && last.count == count &&
+                          last.datatype == datatype && last.op == rawOp && last.root == root;
+    if (!repeated) {
+      const int nranks = comm->impl->nranks();
+      const int rank = comm->impl->rank();
+      core::CollectiveArgs args;
+      args.collective = collective;
+      args.send = send;
+      args.recv = recv;
+      args.count = count;
+      args.type = checkType(datatype, function);
+      if (op) args.reduce = checkOp(comm, *op, args.type, function);
+      topoccl::api::checkCollectiveArguments(function, rank, nranks, root, args);
+      // GPU buffers go to the stream at once (NCCL's semantics), inside a group or not; host buffers run on the
+      // host path. core::gpuAvailable() is false without CUDA or a device, and then no pointer is queried.
+      if (core::gpuAvailable() && (core::isGpuPointer(send) || core::isGpuPointer(recv))) {
+        comm->impl->checkGpuBuffers(function, args);
+        if (tlsGroup.depth > 0) {
+          tlsGroup.gpuCollectives.push_back({comm, function, args, stream});
+          return ncclSuccess;
+        }
+        comm->impl->enqueueOnGpu(function, args, stream);
         return ncclSuccess;
       }
-      comm->impl->enqueueOnGpu(function, args, stream);
-      return ncclSuccess;
+      last.comm = nullptr;  // until the new entry is whole
+      last.args = args;
+      // Host memory freed and reallocated as GPU memory at the same address must be asked about again.
+      if (!core::gpuAvailable() && rawOp < ncclNumOps) {
+        last.generation = tlsCheckedComm.generation;
+        last.collective = collective;
+        last.send = send;
+        last.recv = recv;
+        last.count = count;
+        last.datatype = datatype;
+        last.op = rawOp;
+        last.root = root;
+        last.comm = comm;
+      }
     }
     if (tlsGroup.depth == 0 && comm->impl->options().blocking) {
       std::string message;
-      const ncclResult_t result = comm->impl->runCollective(args, message);
+      const ncclResult_t result = comm->impl->runCollective(last.args, message);
       if (result != ncclSuccess) setLastError(message);
       return result;
     }
-    return enqueue(comm, args);
+    return enqueue(comm, last.args);
   });
 }
 

@@ -2,7 +2,9 @@
 #include <catch2/catch.hpp>
 
 #include <climits>
+#include <algorithm>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -225,4 +227,46 @@ TEST_CASE("the NCCL device API entry points exist and refuse by name") {
   EXPECT_ERROR(ncclDevCommCreate(two.comms[0], requirements, devComm), ncclInvalidUsage, "ncclDevCommCreate", "device API");
   EXPECT_ERROR(ncclDevCommDestroy(two.comms[0], devComm), ncclInvalidUsage, "ncclDevCommDestroy", "device API");
   EXPECT_ERROR(ncclDevCommCreate(nullptr, requirements, devComm), ncclInvalidArgument, "ncclDevCommCreate", "comm");
+}
+
+TEST_CASE("a repeated call skips no check: each changed argument, a destroyed op or comm, is still refused") {
+  // The per-call path remembers the last call whose checks passed; every field it keys on is changed here once.
+  ncclComm_t comm = nullptr;
+  REQUIRE(ncclCommInitAll(&comm, 1, nullptr) == ncclSuccess);
+  std::mt19937 rng(std::random_device{}());
+  std::vector<float> a(61), b(61);
+  auto refill = [&] {
+    for (float& x : a) x = static_cast<float>(rng() % 2001) - 1000.0f;
+    std::fill(b.begin(), b.end(), -7.0f);
+  };
+  for (int round = 0; round < 2; ++round) {
+    INFO("round " << round);
+    refill();
+    REQUIRE(ncclBroadcast(a.data(), b.data(), 61, ncclFloat, 0, comm, nullptr) == ncclSuccess);
+    CHECK(b == a);
+    EXPECT_ERROR(ncclBroadcast(a.data(), b.data(), 61, ncclFloat, 1, comm, nullptr), ncclInvalidArgument, "root 1");
+    EXPECT_ERROR(ncclBroadcast(a.data(), a.data() + 1, 60, ncclFloat, 0, comm, nullptr), ncclInvalidArgument, "overlap");
+    EXPECT_ERROR(ncclBroadcast(a.data(), nullptr, 61, ncclFloat, 0, comm, nullptr), ncclInvalidArgument, "recvbuff");
+    EXPECT_ERROR(ncclBroadcast(a.data(), b.data(), 61, static_cast<ncclDataType_t>(99), 0, comm, nullptr),
+                 ncclInvalidArgument, "datatype 99");
+    EXPECT_ERROR(ncclBroadcast(a.data(), b.data(), SIZE_MAX / 2, ncclFloat, 0, comm, nullptr), ncclInvalidArgument, "count");
+    EXPECT_ERROR(ncclAllReduce(a.data(), b.data(), 61, ncclFloat, static_cast<ncclRedOp_t>(42), comm, nullptr),
+                 ncclInvalidArgument, "op 42");
+  }
+
+  // A custom op is looked up on every call: once destroyed, the same call is refused.
+  ncclRedOp_t op;
+  const float scalar = 3;
+  REQUIRE(ncclRedOpCreatePreMulSum(&op, const_cast<float*>(&scalar), ncclFloat, ncclScalarHostImmediate, comm) == ncclSuccess);
+  refill();
+  REQUIRE(ncclAllReduce(a.data(), b.data(), 61, ncclFloat, op, comm, nullptr) == ncclSuccess);
+  for (size_t i = 0; i < a.size(); ++i) CHECK(b[i] == 3.0f * a[i]);  // exact: |a| <= 1000, integers
+  REQUIRE(ncclRedOpDestroy(op, comm) == ncclSuccess);
+  EXPECT_ERROR(ncclAllReduce(a.data(), b.data(), 61, ncclFloat, op, comm, nullptr), ncclInvalidArgument, "nor a live custom op");
+
+  // A destroyed communicator: the same call on its handle is refused, not run on freed memory.
+  REQUIRE(ncclBroadcast(a.data(), b.data(), 61, ncclFloat, 0, comm, nullptr) == ncclSuccess);
+  REQUIRE(ncclCommDestroy(comm) == ncclSuccess);
+  EXPECT_ERROR(ncclBroadcast(a.data(), b.data(), 61, ncclFloat, 0, comm, nullptr), ncclInvalidArgument,
+               "not a live communicator");
 }
