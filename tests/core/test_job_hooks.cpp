@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <string>
@@ -29,6 +30,56 @@ core::CollectiveArgs allReduce(const std::vector<float>& in, std::vector<float>&
   return args;
 }
 
+// A before-hook that holds its job in the engine until release(): the engine stays busy, and later work queues.
+class Gate {
+ public:
+  std::function<ncclResult_t(std::string&)> hook() {
+    return [this](std::string&) {
+      held_.store(true);
+      while (!released_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      return ncclSuccess;
+    };
+  }
+  void waitUntilHeld() const {
+    while (!held_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  void release() { released_.store(true); }
+
+ private:
+  std::atomic<bool> held_{false}, released_{false};
+};
+
+// What one thread rank recorded: its events in order, and the text of an exception that ended it (empty: none).
+struct RankLog {
+  std::vector<std::string> events;
+  std::string error;
+};
+using Note = std::function<void(std::string)>;
+
+// Runs body(comm, rank, note) on `nranks` thread ranks of one new communicator. `note` may be called from the
+// rank's thread and from its engine's (hooks).
+std::vector<RankLog> onThreadRanks(int nranks, const std::function<void(core::Communicator&, int, const Note&)>& body) {
+  std::vector<RankLog> logs(nranks);
+  const bootstrap::UniqueId id = bootstrap::createUniqueId();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < nranks; ++r)
+    threads.emplace_back([&, r] {
+      std::mutex eventsMutex;
+      const Note note = [&](std::string e) {
+        std::lock_guard lock(eventsMutex);
+        logs[r].events.push_back(std::move(e));
+      };
+      try {
+        auto comm = core::Communicator::create(id, nranks, r, core::CommOptions{});
+        body(*comm, r, note);
+      } catch (const std::exception& e) {
+        logs[r].error = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  return logs;
+}
+
 }  // namespace
 
 TEST_CASE("core: job hooks hold a job until its input is ready, and release it after, in submission order", "[core][hooks]") {
@@ -44,58 +95,45 @@ TEST_CASE("core: job hooks hold a job until its input is ready, and release it a
   std::vector<std::vector<std::vector<float>>> staged(nranks, std::vector<std::vector<float>>(jobs, std::vector<float>(count, 0.0f)));
   std::vector<std::vector<std::vector<float>>> outputs(nranks, std::vector<std::vector<float>>(jobs, std::vector<float>(count, -7.0f)));
   std::vector<std::string> errors(nranks);
-  std::vector<std::vector<std::string>> events(nranks);
-  const bootstrap::UniqueId id = bootstrap::createUniqueId();
-  std::vector<std::thread> threads;
-  for (int r = 0; r < nranks; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        auto comm = core::Communicator::create(id, nranks, r, core::CommOptions{});
-        std::mutex eventsMutex;
-        auto note = [&](std::string e) {
-          std::lock_guard lock(eventsMutex);
-          events[r].push_back(std::move(e));
-        };
-        std::vector<std::atomic<bool>> ready(jobs);
-        std::vector<std::shared_ptr<core::Work>> works;
-        for (int j = 0; j < jobs; ++j) {
-          core::JobHooks hooks;
-          hooks.before = [&, j](std::string&) {
-            while (!ready[j].load(std::memory_order_acquire)) std::this_thread::sleep_for(std::chrono::microseconds(200));
-            note("before " + std::to_string(j));
-            return ncclSuccess;
-          };
-          hooks.after = [&, j](ncclResult_t code) {
-            // The operations ran before this: the output is final.
-            bool written = outputs[r][j][0] != -7.0f;
-            note("after " + std::to_string(j) + (code == ncclSuccess && written ? " ok" : " bad"));
-          };
-          works.push_back(comm->submit({allReduce(staged[r][j], outputs[r][j])}, std::move(hooks)));
-        }
-        // The "copies in" land after every job is queued, last job first: the engine still runs them in order.
-        for (int j = jobs - 1; j >= 0; --j) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(5));
-          staged[r][j] = inputs[r][j];
-          ready[j].store(true, std::memory_order_release);
-        }
-        for (auto& w : works) {
-          w->wait();
-          if (w->result() != ncclSuccess) errors[r] = w->errorMessage();
-        }
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
+  const std::vector<RankLog> logs = onThreadRanks(nranks, [&](core::Communicator& comm, int r, const Note& note) {
+    std::vector<std::atomic<bool>> ready(jobs);
+    std::vector<std::shared_ptr<core::Work>> works;
+    for (int j = 0; j < jobs; ++j) {
+      core::JobHooks hooks;
+      hooks.before = [&, j](std::string&) {
+        while (!ready[j].load(std::memory_order_acquire)) std::this_thread::sleep_for(std::chrono::microseconds(200));
+        note("before " + std::to_string(j));
+        return ncclSuccess;
+      };
+      hooks.after = [&, j](ncclResult_t code) {
+        // The operations ran before this: the output is final.
+        bool written = outputs[r][j][0] != -7.0f;
+        note("after " + std::to_string(j) + (code == ncclSuccess && written ? " ok" : " bad"));
+      };
+      works.push_back(comm.submit({allReduce(staged[r][j], outputs[r][j])}, std::move(hooks)));
+    }
+    // The "copies in" land after every job is queued, last job first: the engine still runs them in order.
+    for (int j = jobs - 1; j >= 0; --j) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      staged[r][j] = inputs[r][j];
+      ready[j].store(true, std::memory_order_release);
+    }
+    for (auto& w : works) {
+      w->wait();
+      if (w->result() != ncclSuccess) errors[r] = w->errorMessage();
+    }
+  });
   for (int r = 0; r < nranks; ++r) {
     INFO("rank " << r);
     CHECK(errors[r].empty());
+    CHECK(logs[r].error.empty());
+    const std::vector<std::string>& events = logs[r].events;
     std::vector<std::string> want;
     for (int j = 0; j < jobs; ++j) {
       want.push_back("before " + std::to_string(j));
       want.push_back("after " + std::to_string(j) + " ok");
     }
-    CHECK(events[r] == want);
+    CHECK(events == want);
     for (int j = 0; j < jobs; ++j) {
       size_t wrong = 0;
       for (size_t i = 0; i < count; ++i) {
@@ -148,13 +186,9 @@ TEST_CASE("core: a failing before-hook fails its job without running it; after r
   }
 
   SECTION("an abort drops queued jobs, and their after-hooks still run") {
-    std::atomic<bool> started{false}, release{false};
+    Gate gate;
     core::JobHooks first;
-    first.before = [&](std::string&) {
-      started.store(true);
-      while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      return ncclSuccess;
-    };
+    first.before = gate.hook();
     first.after = recordAfter;
     auto held = comm->submit({allReduce(in, out)}, std::move(first));
     std::vector<float> out2(in.size(), -7.0f), out3(in.size(), -7.0f);
@@ -163,10 +197,10 @@ TEST_CASE("core: a failing before-hook fails its job without running it; after r
     third.after = recordAfter;
     auto dropped1 = comm->submit({allReduce(in, out2)}, std::move(second));
     auto dropped2 = comm->submit({allReduce(in, out3)}, std::move(third));
-    while (!started.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    gate.waitUntilHeld();
     std::thread releaser([&] {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      release.store(true);
+      gate.release();
     });
     comm->abort();  // drops the two queued jobs, then waits for the running one
     releaser.join();
@@ -198,20 +232,16 @@ TEST_CASE("core: ncclCommGetAsyncError counts a staged (hooked) job as enqueued,
     std::mt19937_64 rng(std::random_device{}());
     std::vector<float> in(257), out(257, -7.0f), out2(257, -7.0f);
     for (float& x : in) x = static_cast<float>(rng() % 100);
-    std::atomic<bool> started{false}, release{false};
+    Gate gate;
     core::JobHooks hooks;
-    hooks.before = [&](std::string&) {
-      started.store(true);
-      while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      return ncclSuccess;
-    };
+    hooks.before = gate.hook();
     hooks.after = [](ncclResult_t) {};
     auto staged = comm->submit({allReduce(in, out)}, std::move(hooks));
-    while (!started.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    gate.waitUntilHeld();
     CHECK(comm->asyncError() == ncclSuccess);
     auto host = comm->submit({allReduce(in, out2)});  // host work queued behind it
     CHECK(comm->asyncError() == (blocking ? ncclSuccess : ncclInProgress));
-    release.store(true);
+    gate.release();
     staged->wait();
     host->wait();
     CHECK(staged->result() == ncclSuccess);
@@ -233,58 +263,38 @@ TEST_CASE("core: runCollective (the blocking per-call path) waits behind queued 
   for (int r = 0; r < nranks; ++r)
     for (size_t i = 0; i < count; ++i) queuedIn[r][i] = value(rng), directIn[r][i] = value(rng);
   std::vector<std::vector<float>> queuedOut(nranks, std::vector<float>(count, -7.0f)), directOut = queuedOut;
-  std::vector<std::string> errors(nranks);
-  std::vector<std::vector<std::string>> events(nranks);
   std::atomic<int> finishedCalls{0};
-  const bootstrap::UniqueId id = bootstrap::createUniqueId();
-  std::vector<std::thread> threads;
-  for (int r = 0; r < nranks; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        auto comm = core::Communicator::create(id, nranks, r, core::CommOptions{});
-        std::mutex eventsMutex;
-        auto note = [&](std::string e) {
-          std::lock_guard lock(eventsMutex);
-          events[r].push_back(std::move(e));
-        };
-        std::atomic<bool> started{false}, release{false};
-        core::JobHooks hooks;
-        hooks.before = [&](std::string&) {
-          started.store(true);
-          while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-          return ncclSuccess;
-        };
-        hooks.after = [&](ncclResult_t code) { note(code == ncclSuccess ? "queued done" : "queued failed"); };
-        auto queued = comm->submit({allReduce(queuedIn[r], queuedOut[r])}, std::move(hooks));
-        while (!started.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        std::thread releaser([&] {
-          std::this_thread::sleep_for(std::chrono::milliseconds(20));
-          release.store(true);
-        });
-        // The engine holds the queued job: this call must go behind it, not run on this thread now.
-        std::string message;
-        const ncclResult_t code = comm->runCollective(allReduce(directIn[r], directOut[r]), message);
-        note(code == ncclSuccess ? "direct done" : "direct failed: " + message);
-        releaser.join();
-        queued->wait();
-        finishedCalls.fetch_add(1);
-        while (finishedCalls.load() < nranks) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // no peer mid-call
-        // Aborted: the per-call path refuses with a message, and loses no memory or thread.
-        comm->abort();
-        std::vector<float> untouched(count, -7.0f);
-        const ncclResult_t refused = comm->runCollective(allReduce(directIn[r], untouched), message);
-        note(refused == ncclInvalidUsage && message.find("aborted") != std::string::npos && untouched[0] == -7.0f
-                 ? "refused after abort"
-                 : "accepted after abort");
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
+  const std::vector<RankLog> logs = onThreadRanks(nranks, [&](core::Communicator& comm, int r, const Note& note) {
+    Gate gate;
+    core::JobHooks hooks;
+    hooks.before = gate.hook();
+    hooks.after = [&](ncclResult_t code) { note(code == ncclSuccess ? "queued done" : "queued failed"); };
+    auto queued = comm.submit({allReduce(queuedIn[r], queuedOut[r])}, std::move(hooks));
+    gate.waitUntilHeld();
+    std::thread releaser([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      gate.release();
     });
-  for (auto& t : threads) t.join();
+    // The engine holds the queued job: this call must go behind it, not run on this thread now.
+    std::string message;
+    const ncclResult_t code = comm.runCollective(allReduce(directIn[r], directOut[r]), message);
+    note(code == ncclSuccess ? "direct done" : "direct failed: " + message);
+    releaser.join();
+    queued->wait();
+    finishedCalls.fetch_add(1);
+    while (finishedCalls.load() < nranks) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // no peer mid-call
+    // Aborted: the per-call path refuses with a message, and loses no memory or thread.
+    comm.abort();
+    std::vector<float> untouched(count, -7.0f);
+    const ncclResult_t refused = comm.runCollective(allReduce(directIn[r], untouched), message);
+    note(refused == ncclInvalidUsage && message.find("aborted") != std::string::npos && untouched[0] == -7.0f
+             ? "refused after abort"
+             : "accepted after abort");
+  });
   for (int r = 0; r < nranks; ++r) {
     INFO("rank " << r);
-    CHECK(errors[r].empty());
-    CHECK(events[r] == std::vector<std::string>{"queued done", "direct done", "refused after abort"});
+    CHECK(logs[r].error.empty());
+    CHECK(logs[r].events == std::vector<std::string>{"queued done", "direct done", "refused after abort"});
     size_t wrong = 0;
     for (size_t i = 0; i < count; ++i) {
       double queuedSum = 0, directSum = 0;
