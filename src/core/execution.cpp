@@ -281,9 +281,14 @@ bool Execution::progress() {
       for (auto* conn : connections_) conn->progress();
     }
     if (!allLanesDone) return false;
-    // Receives are complete once their lanes are; only sends may still be with the transports.
-    if (sendsToFlush_ || !inFlight_.empty())
-      for (auto* conn : connections_) conn->progress();
+    // Receives are complete once their lanes are; only sends may still be with the transports, and only the
+    // connections that hold one need progress.
+    transport::Connection* progressed = nullptr;
+    for (const InFlightSend& send : inFlight_)
+      if (send.conn != progressed && send.conn->sendsCompleted() < send.ticket) {
+        progressed = send.conn;
+        send.conn->progress();
+      }
     sendsToFlush_ = false;
   } catch (const Error& e) {
     const std::string where = lane < lanes_.size() ? lanes_[lane].label + ": " : std::string();
