@@ -7,7 +7,7 @@
 # device tool's folder; at most 8 files come back) or .gpu/out. Usage, from the repository root there:
 #   bash .gpu/gpu_proof.sh [steps...]     steps: info p2p staged kernels bandwidth plans coll-threads torch
 #                                                coll-processes fusion torch-bench perf nccl-tests lanes stall proto
-#                                                alltoall wide tune
+#                                                alltoall wide tune mps
 #                                                (default: all, in order)
 set -uo pipefail
 cd "$(dirname "$0")"
@@ -87,6 +87,23 @@ if want torch-bench; then
   step "torch bench topoccl 2 processes" 120 "$OUT/torch.log" "${torch_env[@]}" python3 torch_nccl.py --bench
   step "torch bench topoccl 1 process" 60 "$OUT/torch.log" "${torch_env[@]}" python3 torch_nccl.py --bench --world 1
   step "torch bench NVIDIA NCCL 1 process" 60 "$OUT/torch.log" python3 torch_nccl.py --bench --world 1
+fi
+if want mps; then
+  # Processes sharing one GPU: without MPS the GPU time-slices between their contexts and each FIFO hand-off waits
+  # for a slice (milliseconds a call; the GPU path warns at set-up). Under an MPS daemon their kernels run at once.
+  if command -v nvidia-cuda-mps-control >/dev/null; then
+    export CUDA_MPS_PIPE_DIRECTORY=/tmp/topoccl-mps CUDA_MPS_LOG_DIRECTORY=/tmp/topoccl-mps-log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    nvidia-cuda-mps-control -d >>"$OUT/mps.log" 2>&1 && echo "MPS daemon started" | tee -a "$summary"
+    step "mps: test_gpu_collectives processes" 60 "$OUT/mps.log" bin/test_gpu_collectives processes
+    step "mps: torch" 90 "$OUT/mps.log" "${torch_env[@]}" NCCL_DEBUG=WARN python3 torch_nccl.py
+    step "mps: torch bench topoccl 2 processes" 90 "$OUT/mps.log" "${torch_env[@]}" NCCL_DEBUG=WARN python3 torch_nccl.py --bench
+    echo quit | nvidia-cuda-mps-control >>"$OUT/mps.log" 2>&1
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    grep -h "bench world\|shares GPU\|PASSED\|FAILED" "$OUT/mps.log" | tee -a "$summary"
+  else
+    echo "mps: skipped (no nvidia-cuda-mps-control)" | tee -a "$summary"
+  fi
 fi
 if want perf; then
   export TOPOCCL_TIMEOUT_MS=20000  # a hang becomes an error, not a lost run

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -10,6 +11,8 @@
 #include <mutex>
 #include <string>
 #include <thread>
+
+#include <unistd.h>
 
 #include "common/error.hpp"
 #include "common/log.hpp"
@@ -142,6 +145,7 @@ struct FifoExchange {
   uint64_t slotBytes;
   uint64_t llWordsPerSlot;
   uint64_t launchOrderKey;  // LaunchOrder::key(), for peers in this process
+  unsigned char uuid[16];   // the GPU's, which device ordinals (CUDA_VISIBLE_DEVICES) do not identify across processes
 };
 
 // A device buffer that only grows, in stream order (cudaMallocAsync/cudaFreeAsync): cudaFree and
@@ -168,6 +172,14 @@ class DeviceArena {
   char* data_ = nullptr;
   size_t capacity_ = 0;
 };
+
+// Whether an MPS control daemon seems to run (its control pipe exists). Without one, kernels of different processes
+// on one GPU do not run at once: a plan kernel spinning on a peer process's FIFO holds the GPU until its time slice ends.
+bool mpsControlFound() {
+  const char* directory = std::getenv("CUDA_MPS_PIPE_DIRECTORY");  // CUDA's own variable, read where CUDA reads it
+  const std::string control = std::string(directory != nullptr && *directory != '\0' ? directory : "/tmp/nvidia-mps") + "/control";
+  return ::access(control.c_str(), F_OK) == 0;
+}
 
 class CudaGpuPath final : public GpuPath {
  public:
@@ -205,11 +217,13 @@ class CudaGpuPath final : public GpuPath {
     mine.slotBytes = geometry_.slotBytes;
     mine.llWordsPerSlot = geometry_.llWordsPerSlot;
     mine.launchOrderKey = launchOrder_.key();
+    std::memcpy(mine.uuid, currentGpuIdentity().uuid, sizeof(mine.uuid));
     context.allGather(all.data(), sizeof(FifoExchange));
 
     const transport::PeerInfo& me = context.peers[static_cast<size_t>(context.rank)];
     peerBlocks_.assign(static_cast<size_t>(n), nullptr);
     opened_.assign(static_cast<size_t>(n), false);
+    std::string processesOnThisGpu;  // ranks in other processes that share our GPU
     for (int q = 0; q < n; ++q) {
       const FifoExchange& peer = all[static_cast<size_t>(q)];
       const transport::PeerInfo& info = context.peers[static_cast<size_t>(q)];
@@ -240,6 +254,8 @@ class CudaGpuPath final : public GpuPath {
         peerBlocks_[static_cast<size_t>(q)] = reinterpret_cast<char*>(peer.address);  // same address space
         if (peer.device == device_ && params::kGpuLaunchOrder.get()) launchOrder_.addPeer(q, peer.launchOrderKey);
       } else {
+        if (std::memcmp(peer.uuid, mine.uuid, sizeof(mine.uuid)) == 0)
+          processesOnThisGpu += (processesOnThisGpu.empty() ? "" : ", ") + std::to_string(q);
         if (!peer.ipcValid) throwInvalidUsage(who + " could not export its GPU FIFOs through CUDA IPC");
         void* mapped = nullptr;
         check(cudaIpcOpenMemHandle(&mapped, peer.handle, cudaIpcMemLazyEnablePeerAccess),
@@ -255,6 +271,12 @@ class CudaGpuPath final : public GpuPath {
       slot.hostCapacity = kInitialImageBytes;
     }
     check(cudaEventCreateWithFlags(&singleRankDone_, cudaEventDisableTiming), "cudaEventCreate");
+    if (!processesOnThisGpu.empty() && !mpsControlFound())
+      TOPOCCL_WARN("GPU path: rank %d shares GPU %d with rank(s) %s of other processes and no MPS daemon was found "
+                   "($CUDA_MPS_PIPE_DIRECTORY or /tmp/nvidia-mps): the GPU time-slices between processes, so each "
+                   "hand-off between them waits for a slice, milliseconds a call. Start MPS (nvidia-cuda-mps-control -d) "
+                   "or run these ranks as threads of one process",
+                   context.rank, device_, processesOnThisGpu.c_str());
     watchdog_ = std::thread([this] { watch(); });
     TOPOCCL_INFO(log::kInit, "GPU path: rank %d on GPU %d, %llu-slot FIFOs of %llu bytes, %d channel(s), %u threads a lane%s",
                  context.rank, device_, static_cast<unsigned long long>(geometry_.slotCount),

@@ -2,10 +2,11 @@
 // fork()ed processes (CUDA IPC between them) and as threads of one process, buffers from ncclMemAlloc (device
 // memory), each call enqueued on the rank's stream. Every collective at 1 element, a prime count and past a
 // MiB, in and out of place, against the definition; two calls queued back to back before one synchronize;
-// and a rank whose peer never calls stops with an error (watchdog abort) instead of hanging. Then the same
-// collectives through host staging (TOPOCCL_GPU_STAGED=always with threads; processes that name different hosts
-// with NCCL_HOSTID, so the bytes go over TCP), and point-to-point on GPU buffers (grouped rings and all-to-all
-// with random data, back-to-back calls outside a group, a GPU send beside a host-memory receive).
+// and a rank whose peer never calls stops with an error (watchdog abort) instead of hanging; ncclCommAbort stops
+// a kernel stuck on a peer. Then the same collectives through host staging (TOPOCCL_GPU_STAGED=always with
+// threads; processes that name different hosts with NCCL_HOSTID, so the bytes go over TCP), and point-to-point on
+// GPU buffers (grouped rings and all-to-all with random data, back-to-back calls outside a group, a GPU send
+// beside a host-memory receive).
 // Exits 77 ("skipped: no GPU") where there is none.
 #include <cuda_runtime_api.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "nccl.h"
@@ -564,6 +566,54 @@ int peerNeverCalls(int rank, int n, ncclComm_t comm) {
   return failures;
 }
 
+// ncclCommAbort stops a kernel that waits for a peer that will never send (processes: no launch ordering, so the
+// call is enqueued and the kernel really waits). The watchdog's timeout is far off, so only the abort can end it.
+// The aborted communicator is split from the harness's, which stays usable for a host-memory barrier after.
+int abortStopsStuckKernel(int rank, int n, ncclComm_t world) {
+  (void)n;
+  cudaSetDevice(0);
+  cudaStream_t stream = nullptr;
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  int failures = 0;
+  const auto fail = [&](const std::string& what) {
+    std::printf("FAILED: rank %d: %s\n", rank, what.c_str());
+    ++failures;
+  };
+  ncclComm_t comm = nullptr;
+  if (ncclCommSplit(world, 0, rank, &comm, nullptr) != ncclSuccess) {
+    fail("ncclCommSplit");
+    return failures;
+  }
+  void* buffer = nullptr;
+  ncclMemAlloc(&buffer, 4096);
+  // Everyone once: the GPU path is set up and works on the split communicator.
+  if (ncclAllReduce(buffer, buffer, 1024, ncclFloat, ncclSum, comm, stream) != ncclSuccess ||
+      cudaStreamSynchronize(stream) != cudaSuccess)
+    fail(std::string("the all-reduce every rank called: ") + ncclGetLastError(comm));
+  if (rank == 0) {
+    if (ncclAllReduce(buffer, buffer, 1024, ncclFloat, ncclSum, comm, stream) != ncclSuccess)
+      fail(std::string("enqueueing the all-reduce rank 1 never calls: ") + ncclGetLastError(comm));
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    if (cudaStreamQuery(stream) != cudaErrorNotReady) fail("the kernel waiting for rank 1 was not running 0.5 s later");
+    const auto begin = std::chrono::steady_clock::now();
+    if (ncclCommAbort(comm) != ncclSuccess) fail("ncclCommAbort");
+    const cudaError_t synced = cudaStreamSynchronize(stream);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    std::printf("rank 0: ncclCommAbort and the stream's synchronize returned after %.3f s (%s)\n", seconds,
+                cudaGetErrorString(synced));
+    if (synced != cudaSuccess) fail(std::string("the stream after the abort: ") + cudaGetErrorString(synced));
+    if (seconds > 10) fail("the abort took " + std::to_string(seconds) + " s, the watchdog's timeout is 60");
+  }
+  // Rank 1 keeps its end (the FIFOs rank 0's kernel writes to) until rank 0 has aborted.
+  int token = 1;
+  if (ncclAllReduce(&token, &token, 1, ncclInt32, ncclSum, world, nullptr) != ncclSuccess || token != 2)
+    fail("the host barrier after the abort");
+  if (rank != 0 && ncclCommAbort(comm) != ncclSuccess) fail("ncclCommAbort of the idle rank");
+  ncclMemFree(buffer);
+  cudaStreamDestroy(stream);
+  return failures;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -596,6 +646,8 @@ int main(int argc, char** argv) {
   std::vector<Run> runs;
   for (int n : {2, 3, 4})
     runs.push_back({"processes", "processes over shm, " + std::to_string(n) + " ranks on one GPU", RankMode::ProcessesShm, n, checkAll, plain, 900});
+  runs.push_back({"processes", "ncclCommAbort stops a kernel stuck on a peer, 2 processes", RankMode::ProcessesShm, 2,
+                  abortStopsStuckKernel, {{"TOPOCCL_TIMEOUT_MS", "60000"}}, 120});
   for (int n : {2, 3})
     runs.push_back({"p2p", "send/recv, processes, " + std::to_string(n) + " ranks", RankMode::ProcessesShm, n, pointToPointChecks, plain, 300});
   runs.push_back({"p2p", "send/recv, processes on 3 hosts (NCCL_HOSTID)", RankMode::ProcessesShm, 3, pointToPointChecks, hosts, 300});

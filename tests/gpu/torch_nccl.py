@@ -55,7 +55,10 @@ def library_in_use():
         paths = sorted({line.split()[-1] for line in maps if "libnccl" in line})
     if not paths:
         return "(no libnccl mapped)"
-    bound = ctypes.cast(ctypes.CDLL(None).ncclAllReduce, ctypes.c_void_p).value
+    try:
+        bound = ctypes.cast(ctypes.CDLL(None).ncclAllReduce, ctypes.c_void_p).value
+    except AttributeError:  # nothing preloaded: torch's own libnccl is loaded locally, out of the global scope
+        return ", ".join(paths) + "; ncclAllReduce is not in the global scope (libtorch_cuda binds its own libnccl)"
     owner = [p for p in paths if ctypes.cast(ctypes.CDLL(p).ncclAllReduce, ctypes.c_void_p).value == bound]
     return ", ".join(paths) + "; ncclAllReduce resolves to " + (owner[0] if owner else "(none of them)")
 
