@@ -376,16 +376,30 @@ class ShmConnection final : public Connection {
     return ++recvsPosted_;
   }
 
-  // The idle case is decided in this small frame: the executor calls progress() on idle connections several times
-  // a call, and progressBusy()'s frame is large.
   void progress() override {
+    if (failure_) throw *failure_;
     // Nothing of ours waits on the peer, and it rejected nothing we sent: nothing to do (checkPeerAlive's idle case).
-    if (!failure_ && sends_.empty() && recvs_.empty() && inEstablished_ && outEstablished_ &&
+    if (sends_.empty() && recvs_.empty() && inEstablished_ && outEstablished_ &&
         out_.header->receiverFailed.load(std::memory_order_acquire) == 0) {
       waitPolls_ = 0;
       return;
     }
-    progressBusy();
+    try {
+      advanceHandshake();
+      if (outEstablished_ && out_.header->receiverFailed.load(std::memory_order_acquire) != 0) {
+        char text[sizeof(out_.header->failureText)];
+        std::memcpy(text, out_.header->failureText, sizeof(text));
+        text[sizeof(text) - 1] = '\0';
+        throwRemoteError(peerName() + " failed on channel " + std::to_string(channel_) + ": " + text);
+      }
+      if (inEstablished_) receiveAvailable();
+      if (outEstablished_) sendAvailable();
+      checkPeerClosed();
+      checkPeerAlive();
+    } catch (const Error& e) {
+      failure_ = e;
+      throw;
+    }
   }
 
   Ticket sendsCompleted() const override { return sendsCompleted_; }
@@ -424,26 +438,6 @@ class ShmConnection final : public Connection {
   }
 
  private:
-  [[gnu::noinline]] void progressBusy() {
-    if (failure_) throw *failure_;
-    try {
-      advanceHandshake();
-      if (outEstablished_ && out_.header->receiverFailed.load(std::memory_order_acquire) != 0) {
-        char text[sizeof(out_.header->failureText)];
-        std::memcpy(text, out_.header->failureText, sizeof(text));
-        text[sizeof(text) - 1] = '\0';
-        throwRemoteError(peerName() + " failed on channel " + std::to_string(channel_) + ": " + text);
-      }
-      if (inEstablished_) receiveAvailable();
-      if (outEstablished_) sendAvailable();
-      checkPeerClosed();
-      checkPeerAlive();
-    } catch (const Error& e) {
-      failure_ = e;
-      throw;
-    }
-  }
-
   std::string peerName() const { return "shm peer rank " + std::to_string(peerRank_) + " (pid " + std::to_string(peerPid_) + ")"; }
   std::string onChannel() const { return " on channel " + std::to_string(channel_); }
 
