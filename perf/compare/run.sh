@@ -28,7 +28,9 @@
 #   CEILINGS [1]           0 skips the memory/TCP probes
 #   SMALL_MAX [64K] LARGE_MIN [16M] size bands; each band is one launch with its own -n/-w (and
 #                          MAXBYTES gets a launch of its own, band "top", when the grid misses it):
-#   ITERS_SMALL [1000] WARMUP_SMALL [50] ITERS_MID [50] WARMUP_MID [5] ITERS_LARGE [5] WARMUP_LARGE [2]
+#   ITERS_SMALL [10000] WARMUP_SMALL [500] ITERS_MID [50] WARMUP_MID [5] ITERS_LARGE [5] WARMUP_LARGE [2]
+#                          10000: 1000 calls of 0.6 us span less than a scheduler slice, so with 4 ranks on 2 cores
+#                          one context switch more or less moved a latency row by 0.4-1.6x between repeats
 #   GLOO_ITERS_SMALL [100] GLOO_WARMUP_SMALL [20]
 #                          Gloo's small band: its calls take milliseconds, so 100 already span 20+ ms, while
 #                          100 sub-microsecond calls of the others span less than one context switch
@@ -68,7 +70,7 @@ TCP_COLLS=${TCP_COLLS-all_reduce}
 CEILINGS=${CEILINGS:-1}
 SMALL_MAX=${SMALL_MAX:-64K}
 LARGE_MIN=${LARGE_MIN:-16M}
-ITERS_SMALL=${ITERS_SMALL:-1000}; WARMUP_SMALL=${WARMUP_SMALL:-50}
+ITERS_SMALL=${ITERS_SMALL:-10000}; WARMUP_SMALL=${WARMUP_SMALL:-500}
 GLOO_ITERS_SMALL=${GLOO_ITERS_SMALL:-100}; GLOO_WARMUP_SMALL=${GLOO_WARMUP_SMALL:-20}
 ITERS_MID=${ITERS_MID:-50};      WARMUP_MID=${WARMUP_MID:-5}
 ITERS_LARGE=${ITERS_LARGE:-5};   WARMUP_LARGE=${WARMUP_LARGE:-2}
