@@ -1,6 +1,7 @@
 #include "core/execution.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <sstream>
 
@@ -40,6 +41,15 @@ Execution::Execution(std::string operation, std::vector<ResolvedLane> lanes, ker
     for (auto* conn : {lane.sendConn, lane.recvConn})
       if (conn && std::find(connections_.begin(), connections_.end(), conn) == connections_.end())
         connections_.push_back(conn);
+  // Each lane's connections as bits of unflushed_ (none past kTrackedConnections: flushPosted then takes them all).
+  const auto bitOf = [&](const transport::Connection* conn) -> uint64_t {
+    const auto at = static_cast<size_t>(std::find(connections_.begin(), connections_.end(), conn) - connections_.begin());
+    return conn == nullptr || at >= kTrackedConnections ? 0 : uint64_t{1} << at;
+  };
+  for (size_t l = 0; l < lanes_.size(); ++l) {
+    states_[l].sendBit = bitOf(lanes_[l].sendConn);
+    states_[l].recvBit = bitOf(lanes_[l].recvConn);
+  }
 }
 
 void Execution::placeStaging() {
@@ -66,6 +76,7 @@ void Execution::reset() {
   if (hasMirrors_)
     for (auto& bytes : mirroredBytes_) std::fill(bytes.begin(), bytes.end(), 0);
   inFlight_.clear();
+  unflushed_ = 0;
   moved_ = finished_ = posted_ = false;
   if (hasStaging_) placeStaging();  // another execution may have grown the shared arena
 }
@@ -101,11 +112,21 @@ bool Execution::readByPendingSend(const char* begin, const char* end) {
   return hazard;
 }
 
-void Execution::postSend(transport::Connection* conn, const char* data, size_t bytes, char* mirror) {
+void Execution::postSend(const LaneState& state, transport::Connection* conn, const char* data, size_t bytes, char* mirror) {
   const transport::Ticket ticket = mirror ? conn->postSendMirrored(data, mirror, bytes) : conn->postSend(data, bytes);
   inFlight_.push_back({conn, ticket, data, data + bytes});
+  unflushed_ |= state.sendBit;
   sendsToFlush_ = posted_ = true;
   ++posts_;
+}
+
+void Execution::flushPosted() {
+  if (connections_.size() > kTrackedConnections) {
+    for (auto* conn : connections_) conn->progress();
+  } else {
+    for (uint64_t bits = unflushed_; bits != 0; bits &= bits - 1) connections_[static_cast<size_t>(std::countr_zero(bits))]->progress();
+  }
+  unflushed_ = 0;
 }
 
 void Execution::startStep(size_t laneIndex) {
@@ -161,13 +182,17 @@ bool Execution::pumpReceives(size_t laneIndex) {
       action.reduce = reduce_;
     }
     state.recvTickets[state.slicesPosted % kWindow] = lane.recvConn->postRecv(action, length);
+    unflushed_ |= state.recvBit;
     ++state.slicesPosted;
     moved_ = posted_ = true;
     ++posts_;
   }
   // A one-slice step (a small message) just posted: hand it to the transport now, so a message already there
   // completes in this walk of the lanes rather than in a second one.
-  if (state.slices == 1 && postedBefore == 0 && state.slicesPosted == 1) lane.recvConn->progress();
+  if (state.slices == 1 && postedBefore == 0 && state.slicesPosted == 1) {
+    lane.recvConn->progress();
+    unflushed_ &= ~state.recvBit;  // that connection took our sends to its peer too
+  }
 
   while (state.slicesDone < state.slicesPosted &&
          lane.recvConn->recvsCompleted() >= state.recvTickets[state.slicesDone % kWindow]) {
@@ -183,7 +208,7 @@ bool Execution::pumpReceives(size_t laneIndex) {
     }
     if (forwards) {
       const char* base = step.kind == StepKind::RecvReduceSend ? stagingOf_[laneIndex][state.step] : step.dst;
-      postSend(lane.sendConn, base + slice * state.sliceBytes, length);
+      postSend(state, lane.sendConn, base + slice * state.sliceBytes, length);
     }
     ++state.slicesDone;
     moved_ = true;
@@ -214,7 +239,7 @@ bool Execution::advanceLane(size_t laneIndex) {
           mirroredBytes_[laneIndex][step.mirrorCopyStep] = std::min(step.bytes, mirroredSlices * state.sliceBytes);
         }
         for (size_t slice = 0; slice < state.slices; ++slice)
-          postSend(lane.sendConn, step.src + slice * state.sliceBytes, sliceLength(state, step, slice),
+          postSend(state, lane.sendConn, step.src + slice * state.sliceBytes, sliceLength(state, step, slice),
                    slice < mirroredSlices ? step.mirror + slice * state.sliceBytes : nullptr);
         break;
       }
@@ -259,6 +284,7 @@ bool Execution::progress() {
     // and receive it posted), so the first pass of a call goes straight to the lanes.
     if (posted_)
       for (auto* conn : connections_) conn->progress();
+    unflushed_ = 0;
     sendsToFlush_ = false;
     bool allLanesDone = false;
     // A second pass when the first posted something: the transports take it right away, and a receive whose data
@@ -268,16 +294,18 @@ bool Execution::progress() {
       allLanesDone = true;
       for (lane = 0; lane < lanes_.size(); ++lane) {
         if (!advanceLane(lane)) allLanesDone = false;
-        // Hand new sends to the transports before a later lane's local copy or reduce keeps this
-        // thread busy: a zero-copy peer can read them meanwhile.
+        // Hand new sends to the transports before a later lane's local copy or reduce keeps this thread busy: a
+        // zero-copy peer can read them meanwhile. Only the connections posted to: every connection after every lane
+        // was half the transport calls of a 4-rank all-to-all (perf/RESULTS.md, session 35).
         if (sendsToFlush_ && lane + 1 < lanes_.size()) {
           sendsToFlush_ = false;
-          for (auto* conn : connections_) conn->progress();
+          flushPosted();
         }
       }
       lane = lanes_.size();
       if (allLanesDone || posts_ == postsBefore || pass == 1) break;
       sendsToFlush_ = false;
+      unflushed_ = 0;
       for (auto* conn : connections_) conn->progress();
     }
     if (!allLanesDone) return false;

@@ -103,6 +103,7 @@ class Execution {
  private:
   static constexpr size_t kWindow = 4;  // receive slices in flight per lane
   static constexpr size_t kMinSliceBytes = 64 << 10;
+  static constexpr size_t kTrackedConnections = 64;  // bits of unflushed_
 
   struct InFlightSend {
     transport::Connection* conn;
@@ -120,6 +121,8 @@ class Execution {
     size_t slicesDone = 0;    // receives completed (and forwarded)
     std::array<transport::Ticket, kWindow> recvTickets{};  // slice i's ticket at [i % kWindow]
     std::array<bool, kWindow> bounced{};                    // slice i landed in bounce slot [i % kWindow]
+    uint64_t sendBit = 0;     // the lane's connections in unflushed_ (set once)
+    uint64_t recvBit = 0;
   };
 
   bool advanceLane(size_t laneIndex);
@@ -130,7 +133,8 @@ class Execution {
   bool readByPendingSend(const char* begin, const char* end);
   void startStep(size_t laneIndex);
   void finishStep(LaneState& state);
-  void postSend(transport::Connection* conn, const char* data, size_t bytes, char* mirror = nullptr);
+  void postSend(const LaneState& state, transport::Connection* conn, const char* data, size_t bytes, char* mirror = nullptr);
+  void flushPosted();  // progresses the connections in unflushed_
   bool pumpReceives(size_t laneIndex);
   size_t sliceLength(const LaneState& state, const ResolvedStep& step, size_t slice) const;
   size_t sliceBytesFor(size_t stepBytes) const;
@@ -141,6 +145,7 @@ class Execution {
   std::vector<LaneState> states_;
   std::vector<transport::Connection*> connections_;
   std::vector<InFlightSend> inFlight_;
+  uint64_t unflushed_ = 0;  // connections_ (bit i: [i]) posted to since they last progressed
   // RecvReduceSend results, one region per such step: receives never wait for a send to finish,
   // which keeps transports that complete a send only when the peer consumed it deadlock-free.
   HostArena ownStaging_;

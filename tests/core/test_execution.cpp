@@ -1,6 +1,7 @@
 // The executor's passes over its lanes, on the local transport between two "ranks" driven from this thread, so
 // each progress() call is one observable step.
 #include <atomic>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -132,4 +133,47 @@ TEST_CASE("an execution waits across calls while the peer has not sent, then fin
   CHECK(middle == source);
   CHECK(copy == source);
   CHECK(back == source);
+}
+
+TEST_CASE("a hub exchanges pipelined messages with more peers than the executor tracks connections by bit") {
+  // The executor hands new sends to their connections between lanes by a bit per connection, up to 64 of them, and
+  // to all of its connections past that: 3 peers, the bits' last one and beyond.
+  const int peers = GENERATE(3, 64, 65, 70);
+  INFO(peers << " peers");
+  const uint64_t hash = freshCommHash();
+  const int nranks = peers + 1;
+  std::vector<std::unique_ptr<transport::Transport>> transports;
+  for (int r = 0; r < nranks; ++r) transports.push_back(transport::makeLocalTransport({hash, 0, r, nranks}));
+  std::mt19937_64 rng(std::random_device{}());
+  const size_t bytes = 3 * (64 << 10) + 1 + rng() % 4096;  // several slices, the last a short one
+  std::vector<std::unique_ptr<transport::Connection>> hubConns, peerConns;
+  std::vector<std::vector<char>> sent(peers, std::vector<char>(bytes)), echoed(peers, std::vector<char>(bytes)),
+      relayed(peers, std::vector<char>(bytes));
+  std::vector<ResolvedLane> hubLanes(peers);
+  std::vector<std::unique_ptr<Execution>> echoes;
+  for (int p = 0; p < peers; ++p) {
+    for (char& c : sent[p]) c = static_cast<char>(rng());
+    hubConns.push_back(transports[0]->connect(localPeer(p + 1), 0));
+    peerConns.push_back(transports[p + 1]->connect(localPeer(0), 0));
+    hubLanes[p].sendConn = hubLanes[p].recvConn = hubConns.back().get();
+    hubLanes[p].steps.push_back(step(algo::StepKind::Send, sent[p].data(), nullptr, bytes));
+    hubLanes[p].steps.push_back(step(algo::StepKind::Recv, nullptr, echoed[p].data(), bytes));
+    std::vector<ResolvedLane> lanes(1);
+    lanes[0].sendConn = lanes[0].recvConn = peerConns.back().get();
+    lanes[0].steps.push_back(step(algo::StepKind::Recv, nullptr, relayed[p].data(), bytes));
+    lanes[0].steps.push_back(step(algo::StepKind::Send, relayed[p].data(), nullptr, bytes));
+    echoes.push_back(std::make_unique<Execution>("echo", std::move(lanes), nullptr, 1, 64 << 10));
+  }
+  Execution hub("hub", std::move(hubLanes), nullptr, 1, 64 << 10);
+  bool done = false;
+  for (int i = 0; i < 10000 && !done; ++i) {
+    done = hub.progress();
+    for (auto& echo : echoes) done &= echo->progress();
+  }
+  REQUIRE(done);
+  for (int p = 0; p < peers; ++p) {
+    INFO("peer " << p);
+    CHECK(relayed[p] == sent[p]);
+    CHECK(echoed[p] == sent[p]);
+  }
 }
