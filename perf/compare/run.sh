@@ -186,12 +186,13 @@ printf 'system\tnp\tcoll\tband\trep\trc\tseconds\thandoff_us\n' > "$OUT/runs.tsv
 
 # ---- ceilings --------------------------------------------------------------------------------
 if [ "$CEILINGS" = 1 ]; then
-  echo "run.sh: ceilings (memory bandwidth, loopback TCP, shared-memory handshake)"
+  echo "run.sh: ceilings (memory bandwidth, loopback TCP, shared-memory handshake, context switch)"
   note_load ceilings
   { "$BIN/ceilings" header
     timeout 300 "$BIN/ceilings" membw -s "${MEMBW_MIB:-256}" -r 5
     timeout 300 "$BIN/ceilings" tcp -m 512 -r 3
-    timeout 120 "$BIN/ceilings" shm; } > "$OUT/ceilings.csv" 2> "$OUT/logs/ceilings.log"
+    timeout 120 "$BIN/ceilings" shm
+    timeout 60 "$BIN/ceilings" switch; } > "$OUT/ceilings.csv" 2> "$OUT/logs/ceilings.log"
   column -s, -t < "$OUT/ceilings.csv" | sed 's/^/  /'
 fi
 

@@ -220,6 +220,14 @@ def main():
         for goal, mine, theirs, n, c, b, higher in MISSES:
             out.append(f"| {goal} | {n} | {c} | {size(b)} | {repeats_text(mine, theirs, n, c, b, higher)} |")
 
+    switch_us = ceiling_of(a.run, "switch", "yield_handoff_one_cpu")
+    if switch_us and any(n > 2 for n in nps):
+        out.append("")
+        out.append(f"Latency with more ranks than CPUs: a call ends only once every rank ran its part, so each of the 2 "
+                   f"CPUs switches between its ranks at least once per call, {switch_us:.2f} us a switch here (`ceilings "
+                   f"switch`, median: two processes on one CPU yielding to each other). Both libraries pay it; at 4 "
+                   f"ranks it is a third or more of every latency row.")
+
     if tcp_notes:
         out.append("")
         out.append(f"Loopback-TCP ceiling: the ranks share 2 cores and the kernel's copies are the work, so together they "

@@ -10,7 +10,11 @@
 //       uni     one direction, GB/s            bidi   both directions at once, GB/s per direction
 //       rtt8    8-byte ping-pong round trip, us
 //   ceilings shm [-p rounds]            cross-process cache-line ping-pong, one-way latency, us
+//   ceilings switch [-p rounds]         two processes on one CPU handing a turn back and forth, each yielding while it
+//                                       waits: one hand-off (a context switch), us. Ranks that outnumber the CPUs pay
+//                                       at least one per CPU and call: every rank on a CPU must run for a call to end.
 #include <arpa/inet.h>
+#include <sched.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/mman.h>
@@ -286,6 +290,45 @@ int shm(long rounds) {
   return 0;
 }
 
+// ---- context switch between two processes on one CPU ----------------------------------------
+int contextSwitch(long rounds) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(sched_getcpu() < 0 ? 0 : sched_getcpu(), &one);
+  if (sched_setaffinity(0, sizeof(one), &one) != 0) die("sched_setaffinity");  // the child inherits it
+  struct alignas(64) Line {
+    std::atomic<long> turn;
+  };
+  void* mem = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) die("mmap");
+  Line* line = new (mem) Line{{0}};
+  // Even turns are the parent's, odd ones the child's; the one whose turn it is not yields to the other.
+  auto play = [&](long parity, long count, std::vector<double>* handoffs) {
+    long batch = std::max(1L, count / 10);
+    double t0 = now_s();
+    for (long i = 0; i < count; i++) {
+      while (line->turn.load(std::memory_order_acquire) % 2 != parity) sched_yield();
+      line->turn.fetch_add(1, std::memory_order_acq_rel);
+      if (handoffs && (i + 1) % batch == 0) {
+        double t = now_s();
+        handoffs->push_back((t - t0) / batch / 2 * 1e6);  // two hand-offs per turn of ours
+        t0 = t;
+      }
+    }
+  };
+  pid_t p = fork();
+  if (p == 0) {
+    play(1, rounds, nullptr);
+    _exit(0);
+  }
+  std::vector<double> handoffs;
+  play(0, rounds, &handoffs);
+  waitpid(p, nullptr, 0);
+  emit("switch", "yield_handoff_one_cpu", 2, handoffs, false, "us");
+  munmap(mem, 4096);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -308,6 +351,7 @@ int main(int argc, char** argv) {
   if (mode == "membw") return membw(mib ? mib : 256, reps, maxT);
   if (mode == "tcp") return tcp(mib ? mib : 512, rounds, reps);
   if (mode == "shm") return shm(rounds * 10);
-  fprintf(stderr, "usage: %s header | membw [-s MiB] [-r reps] [-T threads] | tcp [-m MiB] [-r reps] [-p rounds] | shm [-p rounds/10]\n", argv[0]);
+  if (mode == "switch") return contextSwitch(rounds * 5);
+  fprintf(stderr, "usage: %s header | membw [-s MiB] [-r reps] [-T threads] | tcp [-m MiB] [-r reps] [-p rounds] | shm [-p rounds/10] | switch [-p rounds/5]\n", argv[0]);
   return 2;
 }
