@@ -470,6 +470,104 @@ TEST_CASE("shm small messages span the descriptor slots after their own") {
   CHECK(leftoverSegments(hash).empty());
 }
 
+TEST_CASE("shm small messages that span slots are reduced where they land at every element size") {
+  // The receiver reduces each slot's piece in place (32 B in the descriptor, 56 B per continuation: whole elements of
+  // up to 8 bytes), so an element must never straddle two slots. Integer sums wrap exactly and one double addition
+  // rounds the same way everywhere, so the reference below is exact. 11 slots (not a power of two): every message fits
+  // in slots, and they wrap the descriptor array.
+  struct Case {
+    DataType type;
+    size_t elementSize;
+  };
+  const Case c = GENERATE(Case{DataType::Uint8, 1}, Case{DataType::Int32, 4}, Case{DataType::Uint64, 8}, Case{DataType::Float64, 8});
+  const int descriptors = GENERATE(11, 256);
+  INFO("type " << dataTypeName(c.type) << ", " << descriptors << " descriptors");
+  SmallFifo settings(true, descriptors);
+  const uint64_t hash = freshCommHash();
+  const uint64_t seed = hash & 0xffff;
+  // Element counts that end inside the descriptor, exactly on a slot boundary, and one element past one.
+  std::vector<size_t> sizes;
+  for (size_t bytes : {40u, 88u, 89u, 144u, 145u, 200u, 313u, 480u, 536u}) sizes.push_back(bytes / c.elementSize * c.elementSize);
+  std::vector<size_t> order;
+  for (int lap = 0; lap < 12; ++lap)
+    for (size_t i = 0; i < sizes.size(); ++i) order.push_back(sizes[(i * 5 + size_t(lap)) % sizes.size()]);
+  // Doubles from random bits could be NaN, whose sum has no single expected bit pattern: draw finite ones.
+  const auto payload = [&](size_t bytes, uint64_t at) {
+    std::vector<unsigned char> data = randomBytes(bytes, at);
+    if (c.type == DataType::Float64) {
+      std::mt19937_64 rng(at);
+      std::uniform_real_distribution<double> dist(-1e6, 1e6);
+      for (size_t k = 0; k < bytes / 8; ++k) {
+        const double v = dist(rng);
+        std::memcpy(&data[k * 8], &v, 8);
+      }
+    }
+    return data;
+  };
+  const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
+    auto transport = makeShmTransport({hash, 0, 1, 2}, self);
+    auto connection = transport->connect(peer, 0);
+    std::vector<std::vector<unsigned char>> data;
+    Ticket last = 0;
+    for (size_t m = 0; m < order.size(); ++m) {
+      data.push_back(payload(order[m], seed + m));
+      last = connection->postSend(data.back().data(), data.back().size());
+    }
+    pollUntil({connection.get()}, [&] { return connection->sendsCompleted() == last; });
+  });
+  auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()));
+  auto connection = transport->connect(processPeer(1, child.pid), 0);
+  const auto sum = kernels::hostReduceFunction(c.type, ReduceOp::Sum);
+  std::vector<std::vector<unsigned char>> outputs, operands;
+  Ticket last = 0;
+  for (size_t m = 0; m < order.size(); ++m) {
+    outputs.emplace_back(order[m], 0xEE);
+    operands.push_back(payload(order[m], seed + 7919 * (m + 1)));
+    RecvAction action;
+    action.dst = outputs.back().data();
+    action.operand = operands.back().data();
+    action.reduce = sum;
+    action.elementSize = c.elementSize;
+    last = connection->postRecv(action, order[m]);
+  }
+  pollUntil({connection.get()}, [&] { return connection->recvsCompleted() == last; });
+  size_t wrong = 0;
+  for (size_t m = 0; m < order.size(); ++m) {
+    const std::vector<unsigned char> sent = payload(order[m], seed + m);
+    for (size_t k = 0; k < order[m] / c.elementSize; ++k) {
+      const size_t at = k * c.elementSize;
+      unsigned char want[8];
+      if (c.type == DataType::Uint8) {
+        want[0] = static_cast<unsigned char>(sent[at] + operands[m][at]);
+      } else if (c.type == DataType::Int32) {
+        uint32_t a, b;  // two's-complement wrap: the int32 sum's bits
+        std::memcpy(&a, &sent[at], 4);
+        std::memcpy(&b, &operands[m][at], 4);
+        const uint32_t r = a + b;
+        std::memcpy(want, &r, 4);
+      } else if (c.type == DataType::Uint64) {
+        uint64_t a, b;
+        std::memcpy(&a, &sent[at], 8);
+        std::memcpy(&b, &operands[m][at], 8);
+        const uint64_t r = a + b;
+        std::memcpy(want, &r, 8);
+      } else {
+        double a, b;
+        std::memcpy(&a, &sent[at], 8);
+        std::memcpy(&b, &operands[m][at], 8);
+        const double r = a + b;
+        std::memcpy(want, &r, 8);
+      }
+      if (std::memcmp(want, &outputs[m][at], c.elementSize) != 0) ++wrong;
+    }
+  }
+  CHECK(wrong == 0);
+  CHECK(shmConnectionStats(*connection).slotMessagesReceived == order.size());
+  CHECK(finishChild(child) == "");
+  connection.reset();
+  CHECK(leftoverSegments(hash).empty());
+}
+
 TEST_CASE("shm a small message that needs every slot follows ones whose slots the receiver holds back") {
   // 8 slots: the receiver releases small messages' slots 2 at a time, or when it catches up. A 424 B message takes
   // all 8 (its descriptor and 7 continuations), so it is published only once the receiver has handed back the slot

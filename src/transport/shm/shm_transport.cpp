@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
@@ -258,6 +259,7 @@ struct SegmentView {
   SlotDescriptor* descriptors = nullptr;
   unsigned char* payload = nullptr;
   size_t descriptorCount = 0;
+  size_t descriptorMask = 0;  // descriptorCount - 1 when a power of two (the default): a mask, not a division, per slot
   size_t payloadBytes = 0;
   size_t fragmentBytes = 0;
 
@@ -268,10 +270,16 @@ struct SegmentView {
     descriptors = reinterpret_cast<SlotDescriptor*>(mapping.bytes() + g.descriptorsOffset);
     payload = mapping.bytes() + g.payloadOffset;
     descriptorCount = layout.descriptorCount;
+    descriptorMask = std::has_single_bit(descriptorCount) ? descriptorCount - 1 : 0;
     payloadBytes = layout.payloadBytes;
     fragmentBytes = layout.fragmentBytes;
   }
-  SlotDescriptor& slotDescriptor(uint64_t counter) const { return descriptors[counter % descriptorCount]; }
+  size_t slotIndex(uint64_t counter) const {
+    return descriptorMask != 0 ? static_cast<size_t>(counter) & descriptorMask : static_cast<size_t>(counter % descriptorCount);
+  }
+  SlotDescriptor& slotDescriptor(uint64_t counter) const { return descriptors[slotIndex(counter)]; }
+  // The slot after `index`, in ring order.
+  size_t nextIndex(size_t index) const { return index + 1 == descriptorCount ? 0 : index + 1; }
 };
 
 // kill(pid, 0) alone is not enough: a SIGKILLed child that its parent has not reaped yet is a
@@ -692,8 +700,9 @@ class ShmConnection final : public Connection {
       PendingRecv& recv = recvs_.front();
       if (recv.offset == 0 && recv.bytes > kTinyBytes && recv.bytes <= kSlotMessageBytes) {
         // The message will likely span slots: ask for them with the descriptor, not after it.
-        const size_t continuations = std::min(continuationSlotsFor(recv.bytes), in_.descriptorCount - 1);
-        for (size_t i = 1; i <= continuations; ++i) __builtin_prefetch(&in_.slotDescriptor(inTail_ + i), 0, 3);
+        size_t index = in_.slotIndex(inTail_);
+        for (size_t i = std::min(continuationSlotsFor(recv.bytes), in_.descriptorCount - 1); i > 0; --i)
+          __builtin_prefetch(&in_.descriptors[index = in_.nextIndex(index)], 0, 3);
       }
       if (!incomingSlotReady()) {
         publishTail();  // caught up: whatever we hold back, the sender may need for its next message
@@ -710,17 +719,7 @@ class ShmConnection final : public Connection {
         if (continuations == 0) {
           applyAt(recv, slot.tiny, 0, recv.bytes);
         } else {
-          // Published before the descriptor, so visible now; gathered so a reduction sees whole elements.
-          alignas(kAlign) unsigned char gathered[kSlotMessageBytes];
-          std::memcpy(gathered, slot.tiny, kTinyBytes);
-          for (size_t i = 1; i <= continuations; ++i) {
-            const SlotDescriptor& next = in_.slotDescriptor(inTail_ + i);
-            if (next.sequence.load(std::memory_order_relaxed) != inTail_ + i + 1)
-              throwRemoteError(peerName() + " sent a small message with a missing continuation slot" + onChannel());
-            const size_t at = kTinyBytes + (i - 1) * kContinuationBytes;
-            std::memcpy(gathered + at, continuationBytes(next), std::min(kContinuationBytes, recv.bytes - at));
-          }
-          applyAt(recv, gathered, 0, recv.bytes);
+          receiveContinuations(recv, slot, continuations);
           ++slotMessagesReceived_;
         }
         releaseIncomingSlots(1 + continuations, /*urgent=*/false);
@@ -768,6 +767,30 @@ class ShmConnection final : public Connection {
         throwRemoteError(peerName() + " sent a malformed slot (kind " + std::to_string(slot.kind) + ")" + onChannel());
       }
     }
+  }
+
+  // The rest of a kTinyMessage, in the slots after its descriptor (published before it, so visible now). Pieces are
+  // whole elements (kTinyBytes and kContinuationBytes are multiples of every element size), so each is applied where
+  // it lands: a copy moves each piece once, straight from its slot; a reduction reduces it there.
+  void receiveContinuations(const PendingRecv& recv, const SlotDescriptor& slot, size_t continuations) {
+    static_assert(kTinyBytes % 8 == 0 && kContinuationBytes % 8 == 0, "slot pieces hold whole elements of up to 8 bytes");
+    const bool wholeElements = recv.action.operand == nullptr || (recv.action.elementSize != 0 && 8 % recv.action.elementSize == 0);
+    alignas(kAlign) unsigned char gathered[kSlotMessageBytes];  // only for an element size that could straddle slots
+    const auto apply = [&](const unsigned char* piece, size_t at, size_t bytes) {
+      if (!wholeElements) std::memcpy(gathered + at, piece, bytes);
+      else if (recv.action.operand == nullptr) std::memcpy(static_cast<unsigned char*>(recv.action.dst) + at, piece, bytes);
+      else applyAt(recv, piece, at, bytes);
+    };
+    apply(slot.tiny, 0, kTinyBytes);
+    size_t index = in_.slotIndex(inTail_);
+    size_t at = kTinyBytes;
+    for (size_t i = 1; i <= continuations; ++i, at += kContinuationBytes) {
+      const SlotDescriptor& next = in_.descriptors[index = in_.nextIndex(index)];
+      if (next.sequence.load(std::memory_order_relaxed) != inTail_ + i + 1)
+        throwRemoteError(peerName() + " sent a small message with a missing continuation slot" + onChannel());
+      apply(continuationBytes(next), at, i < continuations ? kContinuationBytes : recv.bytes - at);
+    }
+    if (!wholeElements) applyAt(recv, gathered, 0, recv.bytes);
   }
 
   bool incomingSlotReady() const {
@@ -914,12 +937,18 @@ class ShmConnection final : public Connection {
         slot.fragmentBytes = static_cast<uint32_t>(send.bytes);
         slot.kind = kTinyMessage;
         if (send.bytes > 0) std::memcpy(slot.tiny, send.data, std::min(send.bytes, kTinyBytes));
-        for (size_t i = 1; i <= continuations; ++i) {
-          SlotDescriptor& next = out_.slotDescriptor(outHead_ + i);
-          const size_t at = kTinyBytes + (i - 1) * kContinuationBytes;
-          std::memcpy(continuationBytes(next), send.data + at, std::min(kContinuationBytes, send.bytes - at));
-          payloadEndAt_[(outHead_ + i) % payloadEndAt_.size()] = payloadHead_;
-          next.sequence.store(outHead_ + i + 1, std::memory_order_relaxed);  // made visible by the descriptor's release
+        if (continuations > 0) {
+          size_t index = out_.slotIndex(outHead_);
+          size_t at = kTinyBytes;
+          for (size_t i = 1; i <= continuations; ++i, at += kContinuationBytes) {
+            SlotDescriptor& next = out_.descriptors[index = out_.nextIndex(index)];
+            if (i < continuations) std::memcpy(continuationBytes(next), send.data + at, kContinuationBytes);  // a fixed size: inline
+            else std::memcpy(continuationBytes(next), send.data + at, send.bytes - at);
+            next.sequence.store(outHead_ + i + 1, std::memory_order_relaxed);  // made visible by the descriptor's release
+          }
+          // The receiver releases a message's slots together, so its tail never stops inside one: only the last
+          // slot's entry is ever read.
+          payloadEndAt_[(outHead_ + continuations) % payloadEndAt_.size()] = payloadHead_;
         }
         send.offset = send.bytes;
         continuationSlots = continuations;
