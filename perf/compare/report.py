@@ -19,7 +19,7 @@ import re
 import statistics
 import sys
 import textwrap
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 COLLS = ["all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast"]
 # system key -> (label, colour, marker, linestyle); unknown keys get their own name and the next colour
@@ -325,12 +325,23 @@ def main():
         tcp_sys.append("gloo")  # Gloo only has TCP
     tcp_colls = [c for c in COLLS if any(k[0] in tcp_sys and k[0] != "gloo" and k[2] == c for k in d.rows)]
     reps = sorted({rep for v in d.rows.values() for rep in v})
+    # run.sh's SMALL_REPEAT gives the small band more repeats than the rest: say how many each part had.
+    counts = Counter(len(v) for v in d.rows.values())
+    fewest = min(counts) if counts else 0
+    more = sorted({(k[0], len(v)) for k, v in d.rows.items() if len(v) > fewest})
+    more_text = ""
+    if more:
+        by_count = defaultdict(list)
+        for sys_, n in more:
+            by_count[n].append(SYSTEMS[sys_][0].split(" (")[0] if sys_ in SYSTEMS else sys_)
+        more_text = " (" + "; ".join(f"{n} for {', '.join(names)} at the sizes of the small band, SMALL_REPEAT"
+                                      for n, names in sorted(by_count.items())) + ")"
 
     md = [f"# topoccl vs OpenMPI vs Gloo — {os.path.basename(os.path.abspath(out))}", ""]
     md += ["```", read_meta(out), "```", ""]
     md += [f"nccl-tests conventions: size = max(send, recv) bytes per rank; time = mean per call over -n calls, "
            f"averaged over ranks; busbw = size/time × 2(n−1)/n (all_reduce), (n−1)/n (all_gather, reduce_scatter, "
-           f"alltoall), 1 (broadcast); out-of-place numbers. Cells: median over {len(reps)} repeat(s)"
+           f"alltoall), 1 (broadcast); out-of-place numbers. Cells: median over {fewest} repeat(s){more_text}"
            + (" [min–max]" if len(reps) > 1 else "") + f"; the systems ran interleaved in every repeat. "
            f"Ratios are {MAIN_BASE}/other (busbw > 1 and latency < 1: topoccl faster), the ratio of the medians"
            + (" [min–max of the per-repeat ratios]" if len(reps) > 1 else "") + f"; latency ratios up to {human(lat_max)}.", ""]

@@ -20,6 +20,10 @@
 #   SIZES [8:256M]         MIN:MAX bytes (K/M/G = 1024^k); MINBYTES / MAXBYTES override either end
 #   FACTOR [4]             size step factor
 #   REPEAT [3]             repeats; tables report the median and min-max over them
+#   SMALL_REPEAT [3 x REPEAT]  repeats of the small band for SMALL_SYSTEMS: after the REPEAT full repeats, the
+#                          small band alone runs until it has this many. Its launches take seconds, and its
+#                          per-repeat ratios span 0.5-2x on 4 ranks, so a median of 5 moves by 10-20% between runs
+#   SMALL_SYSTEMS [SYSTEMS without gloo]  (the latency targets are against OpenMPI)
 #   NPS ["2 4"]            rank counts
 #   COLLS [all_reduce all_gather reduce_scatter alltoall broadcast]
 #   SYSTEMS [topoccl mpi gloo]      main comparison (topoccl over its default transports, OpenMPI
@@ -55,7 +59,7 @@ ROOT=$(cd "$HERE/../.." && pwd)
 cd "$ROOT"
 
 if [ "${QUICK:-0}" = 1 ]; then
-  : "${SIZES:=8:1M}" "${REPEAT:=1}" "${NPS:=2}"
+  : "${SIZES:=8:1M}" "${REPEAT:=1}" "${NPS:=2}" "${SMALL_REPEAT:=1}"
 fi
 BUILD=${BUILD:-build}
 SIZES=${SIZES:-8:256M}
@@ -63,9 +67,11 @@ MINBYTES=${MINBYTES:-${SIZES%%:*}}
 MAXBYTES=${MAXBYTES:-${SIZES##*:}}
 FACTOR=${FACTOR:-4}
 REPEAT=${REPEAT:-3}
+SMALL_REPEAT=${SMALL_REPEAT:-$((3 * REPEAT))}
 NPS=${NPS:-"2 4"}
 COLLS=${COLLS:-"all_reduce all_gather reduce_scatter alltoall broadcast"}
 SYSTEMS=${SYSTEMS:-"topoccl mpi gloo"}
+SMALL_SYSTEMS=${SMALL_SYSTEMS-$(for s in $SYSTEMS; do [ "$s" = gloo ] || printf '%s ' "$s"; done)}
 TCP_COLLS=${TCP_COLLS-all_reduce}
 CEILINGS=${CEILINGS:-1}
 SMALL_MAX=${SMALL_MAX:-64K}
@@ -177,6 +183,7 @@ note_load() {
   for b in "${BANDS[@]}"; do echo "band $b: -b ${BAND_B[$b]} -e ${BAND_E[$b]} -f $FACTOR -n ${BAND_N[$b]} -w ${BAND_W[$b]}"; done
   echo "gloo small band: -n $GLOO_ITERS_SMALL -w $GLOO_WARMUP_SMALL"
   echo "repeat: $REPEAT  nps: $NPS  colls: $COLLS  systems: $SYSTEMS  tcp_colls: $TCP_COLLS"
+  echo "small band: $SMALL_REPEAT repeats for ${SMALL_SYSTEMS:-(none)}  membw arrays: ${MEMBW_MIB:-256} MiB"
   echo "mpirun: $MPIRUN $MPIRUN_FLAGS  (mpi: --mca btl vader,self; mpi-tcp: --mca btl tcp,self;"
   echo "        topoccl: $TOPOCCL_MPIRUN_FLAGS; topoccl-tcp: -x NCCL_SHM_DISABLE=1; gloo: FileStore + TCP 127.0.0.1)"
   echo "env for every rank: ${MALLOC_ENV:-(none)}"
@@ -291,6 +298,19 @@ for ((rep = 1; rep <= REPEAT; rep++)); do
     done
   done
 done
+# The small band again, until it has SMALL_REPEAT repeats: same interleaving, same rotation.
+if [ -n "${BAND_B[small]:-}" ] && [ -n "${SMALL_SYSTEMS// /}" ]; then
+  for ((rep = REPEAT + 1; rep <= SMALL_REPEAT; rep++)); do
+    note_load "repeat $rep (small band)"
+    echo "run.sh: small band, repeat $rep/$SMALL_REPEAT  (load $(cut -d' ' -f1-3 /proc/loadavg))"
+    order=$(rotate "$SMALL_SYSTEMS" $((rep - 1)))
+    for np in $NPS; do
+      for coll in $COLLS; do
+        for sys in $order; do launch "$sys" "$np" "$coll" small "$rep"; done
+      done
+    done
+  done
+fi
 note_load end
 echo "run.sh: measurements took $((SECONDS - T_START)) s"
 
