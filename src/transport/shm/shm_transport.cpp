@@ -781,13 +781,16 @@ class ShmConnection final : public Connection {
       else if (recv.action.operand == nullptr) std::memcpy(static_cast<unsigned char*>(recv.action.dst) + at, piece, bytes);
       else applyAt(recv, piece, at, bytes);
     };
-    apply(slot.tiny, 0, kTinyBytes);
-    size_t index = in_.slotIndex(inTail_);
-    size_t at = kTinyBytes;
-    for (size_t i = 1; i <= continuations; ++i, at += kContinuationBytes) {
-      const SlotDescriptor& next = in_.descriptors[index = in_.nextIndex(index)];
-      if (next.sequence.load(std::memory_order_relaxed) != inTail_ + i + 1)
+    // Every slot checked before any byte lands: a malformed message leaves the destination (perhaps an in-place
+    // reduction's input) untouched.
+    const size_t first = in_.nextIndex(in_.slotIndex(inTail_));
+    for (size_t i = 1, index = first; i <= continuations; ++i, index = in_.nextIndex(index))
+      if (in_.descriptors[index].sequence.load(std::memory_order_relaxed) != inTail_ + i + 1)
         throwRemoteError(peerName() + " sent a small message with a missing continuation slot" + onChannel());
+    apply(slot.tiny, 0, kTinyBytes);
+    size_t at = kTinyBytes;
+    for (size_t i = 1, index = first; i <= continuations; ++i, index = in_.nextIndex(index), at += kContinuationBytes) {
+      const SlotDescriptor& next = in_.descriptors[index];
       apply(continuationBytes(next), at, i < continuations ? kContinuationBytes : recv.bytes - at);
     }
     if (!wholeElements) applyAt(recv, gathered, 0, recv.bytes);
