@@ -168,6 +168,22 @@ Child startChild(const std::function<void(const PeerInfo& self, const PeerInfo& 
   return {pid, fds[0]};
 }
 
+// Forks rank 1 to post `count` sends on channel 0 at once, message m made by `message(m)`, and wait until all completed.
+Child startSendingChild(uint64_t hash, size_t count, const std::function<std::vector<unsigned char>(size_t)>& message,
+                        std::chrono::seconds limit = 60s) {
+  return startChild([=](const PeerInfo& self, const PeerInfo& peer) {
+    auto transport = makeShmTransport({hash, 0, 1, 2}, self);
+    auto connection = transport->connect(peer, 0);
+    std::vector<std::vector<unsigned char>> data;
+    Ticket last = 0;
+    for (size_t m = 0; m < count; ++m) {
+      data.push_back(message(m));
+      last = connection->postSend(data.back().data(), data.back().size());  // all at once: the slots may run out
+    }
+    pollUntil({connection.get()}, [&] { return connection->sendsCompleted() == last; }, limit);
+  });
+}
+
 // Reaps the child (killing it if it overstays) and returns what it reported: "" on success.
 std::string finishChild(const Child& child, std::chrono::seconds limit = 120s) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
@@ -438,17 +454,7 @@ TEST_CASE("shm small messages span the descriptor slots after their own") {
   for (int lap = 0; lap < 40; ++lap)
     for (size_t i = 0; i < sizes.size(); ++i) order.push_back((i * 7 + size_t(lap)) % sizes.size());
   const uint64_t seed = hash & 0xffff;
-  const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
-    auto transport = makeShmTransport({hash, 0, 1, 2}, self);
-    auto connection = transport->connect(peer, 0);
-    std::vector<std::vector<unsigned char>> data;
-    Ticket last = 0;
-    for (size_t m = 0; m < order.size(); ++m) {
-      data.push_back(randomBytes(sizes[order[m]], seed + m));
-      last = connection->postSend(data.back().data(), data.back().size());  // all at once: the slots run out
-    }
-    pollUntil({connection.get()}, [&] { return connection->sendsCompleted() == last; });
-  });
+  const Child child = startSendingChild(hash, order.size(), [&](size_t m) { return randomBytes(sizes[order[m]], seed + m); });
   auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()));
   auto connection = transport->connect(processPeer(1, child.pid), 0);
   std::vector<std::vector<unsigned char>> sent;
@@ -504,17 +510,7 @@ TEST_CASE("shm small messages that span slots are reduced where they land at eve
     }
     return data;
   };
-  const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
-    auto transport = makeShmTransport({hash, 0, 1, 2}, self);
-    auto connection = transport->connect(peer, 0);
-    std::vector<std::vector<unsigned char>> data;
-    Ticket last = 0;
-    for (size_t m = 0; m < order.size(); ++m) {
-      data.push_back(payload(order[m], seed + m));
-      last = connection->postSend(data.back().data(), data.back().size());
-    }
-    pollUntil({connection.get()}, [&] { return connection->sendsCompleted() == last; });
-  });
+  const Child child = startSendingChild(hash, order.size(), [&](size_t m) { return payload(order[m], seed + m); });
   auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()));
   auto connection = transport->connect(processPeer(1, child.pid), 0);
   const auto sum = kernels::hostReduceFunction(c.type, ReduceOp::Sum);
@@ -577,17 +573,7 @@ TEST_CASE("shm a small message that needs every slot follows ones whose slots th
   const uint64_t seed = hash & 0xffff;
   std::vector<size_t> sizes;
   for (int round = 0; round < 50; ++round) sizes.insert(sizes.end(), {8, 424, 8, 8, 424});
-  const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
-    auto transport = makeShmTransport({hash, 0, 1, 2}, self);
-    auto connection = transport->connect(peer, 0);
-    std::vector<std::vector<unsigned char>> data;
-    Ticket last = 0;
-    for (size_t m = 0; m < sizes.size(); ++m) {
-      data.push_back(randomBytes(sizes[m], seed + m));
-      last = connection->postSend(data.back().data(), data.back().size());
-    }
-    pollUntil({connection.get()}, [&] { return connection->sendsCompleted() == last; }, 30s);
-  });
+  const Child child = startSendingChild(hash, sizes.size(), [&](size_t m) { return randomBytes(sizes[m], seed + m); }, 30s);
   auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()));
   auto connection = transport->connect(processPeer(1, child.pid), 0);
   std::vector<std::vector<unsigned char>> sent;
