@@ -491,7 +491,8 @@ TEST_CASE("shm small messages that span slots are reduced where they land at eve
   SmallFifo settings(true, descriptors);
   const uint64_t hash = freshCommHash();
   const uint64_t seed = hash & 0xffff;
-  // Element counts that end inside the descriptor, exactly on a slot boundary, and one element past one.
+  // Sizes that end inside a slot (40, 313, 480 B), exactly on a slot boundary (88, 144, 200, 536 B: 32 + k x 56) and
+  // one byte past one (89, 145 B, uint8 only), in whole elements.
   std::vector<size_t> sizes;
   for (size_t bytes : {40u, 88u, 89u, 144u, 145u, 200u, 313u, 480u, 536u}) sizes.push_back(bytes / c.elementSize * c.elementSize);
   std::vector<size_t> order;
