@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -750,6 +751,43 @@ TEST_CASE("shm replaces a segment left behind by a crashed run") {
   CHECK(finishChild(child) == "");
   connection.reset();
   CHECK(leftoverSegments(hash).empty());
+}
+
+TEST_CASE("shm removes the names a receiver that exited before its peer attached left in /dev/shm") {
+  SmallFifo settings(false);
+  const uint64_t hash = freshCommHash();
+  // Rank 1 creates its receive segment from rank 0, then leaves without destructors (as _Exit or SIGKILL would).
+  const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
+    auto transport = makeShmTransport({hash, 0, 1, 2}, self);
+    auto connection = transport->connect(peer, 0);
+    static_cast<void>(connection.release());
+    static_cast<void>(transport.release());
+  });
+  REQUIRE(finishChild(child) == "");
+  const std::string orphan = shmSegmentName(hash, 0, 1, 0);
+  REQUIRE(leftoverSegments(hash) == std::vector<std::string>{orphan.substr(1)});
+  // Not ours to judge: a file of the same prefix that is no segment of this layout.
+  const std::string junk = shmSegmentName(hash, 5, 6, 0);
+  {
+    const int fd = ::shm_open(junk.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    REQUIRE(fd >= 0);
+    std::vector<unsigned char> bytes(8192, 0x5a);
+    REQUIRE(::write(fd, bytes.data(), bytes.size()) == ssize_t(bytes.size()));
+    ::close(fd);
+  }
+  // A live receiver's segment stays: this process waits on a peer that has not attached yet.
+  const uint64_t liveHash = freshCommHash();
+  auto transport = makeShmTransport({liveHash, 0, 0, 2}, processPeer(0, ::getpid()));
+  auto connection = transport->connect(processPeer(1, ::getppid()), 0);
+  REQUIRE(leftoverSegments(liveHash).size() == 1);
+
+  const std::vector<std::string> removed = removeShmSegmentsOfExitedRanks();
+  CHECK(std::find(removed.begin(), removed.end(), orphan) != removed.end());
+  CHECK(leftoverSegments(hash) == std::vector<std::string>{junk.substr(1)});
+  CHECK(leftoverSegments(liveHash).size() == 1);
+  ::shm_unlink(junk.c_str());
+  connection.reset();
+  CHECK(leftoverSegments(liveHash).empty());
 }
 
 TEST_CASE("shm falls back to the FIFO when the kernel refuses CMA for a peer") {

@@ -1,5 +1,6 @@
 #include "transport/shm/shm_transport.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -16,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <new>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -32,7 +34,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kSegmentMagic = 0x746f706f73686d31ull;  // "toposhm1"
-constexpr uint32_t kLayoutVersion = 7;  // 7: small messages span several slots
+constexpr uint32_t kLayoutVersion = 8;  // 7: small messages span several slots; 8: receiverPidNamespace
 constexpr size_t kAlign = 64;                               // cache line; slot payloads are multiples of it
 constexpr auto kLivenessInterval = std::chrono::milliseconds(100);
 constexpr uint64_t kPollsPerClockRead = 64;
@@ -125,6 +127,7 @@ struct SegmentHeader {
   uint64_t commHash;
   int64_t receiverPid;
   int64_t senderPid;  // the pid the receiver expects to attach
+  uint64_t receiverPidNamespace;  // its pid namespace's inode: pids name the same process only within one
   int32_t senderRank;
   int32_t receiverRank;
   int32_t channel;
@@ -228,6 +231,15 @@ void touchPages(unsigned char* begin, size_t bytes, bool write) {
     else sink = static_cast<unsigned char>(sink + bytesVolatile[at]);
   }
   static_cast<void>(sink);
+}
+
+// This process's pid namespace (the inode of /proc/self/ns/pid); 0 when it cannot be read.
+uint64_t pidNamespace() {
+  static const uint64_t inode = [] {
+    struct stat st {};
+    return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : uint64_t{0};
+  }();
+  return inode;
 }
 
 // A name in /dev/shm that this object is responsible for removing.
@@ -486,6 +498,7 @@ class ShmConnection final : public Connection {
     header->totalBytes = g.totalBytes;
     header->commHash = commHash_;
     header->receiverPid = selfPid_;
+    header->receiverPidNamespace = pidNamespace();
     header->senderPid = peerPid_;
     header->senderRank = peerRank_;
     header->receiverRank = selfRank_;
@@ -1205,7 +1218,43 @@ ShmConnectionStats shmConnectionStats(const Connection& connection) {
   return shm->stats();
 }
 
+std::vector<std::string> removeShmSegmentsOfExitedRanks() {
+  std::vector<std::string> removed;
+  const uint64_t ourNamespace = pidNamespace();
+  if (ourNamespace == 0) return removed;  // no way to tell whose pids the headers hold
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return removed;
+  while (const dirent* entry = ::readdir(dir)) {
+    if (std::strncmp(entry->d_name, "topoccl-", 8) != 0) continue;
+    const std::string name = "/" + std::string(entry->d_name);
+    UniqueFd fd(::shm_open(name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0));
+    struct stat st {};
+    if (fd.get() < 0 || ::fstat(fd.get(), &st) != 0 || st.st_uid != ::geteuid() ||
+        static_cast<size_t>(st.st_size) < sizeof(SegmentHeader)) {
+      continue;
+    }
+    void* address = ::mmap(nullptr, sizeof(SegmentHeader), PROT_READ, MAP_SHARED, fd.get(), 0);
+    if (address == MAP_FAILED) continue;
+    const auto* header = static_cast<const SegmentHeader*>(address);
+    // Only a finished header of this layout is trusted; one being written has state kCreating.
+    const bool ready = header->magic == kSegmentMagic && header->version == kLayoutVersion &&
+                       header->state.load(std::memory_order_acquire) != kCreating;
+    const int64_t pid = header->receiverPid;
+    const bool orphaned = ready && header->receiverPidNamespace == ourNamespace && pid > 0 &&
+                          ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+    ::munmap(address, sizeof(SegmentHeader));
+    if (orphaned && ::shm_unlink(name.c_str()) == 0) {
+      TOPOCCL_INFO(log::kShm, "shm: removed %s, left by pid %" PRId64 ", which exited before its peer attached", name.c_str(), pid);
+      removed.push_back(name);
+    }
+  }
+  ::closedir(dir);
+  return removed;
+}
+
 std::unique_ptr<Transport> makeShmTransport(const CommIdentity& identity, const PeerInfo& self) {
+  static std::once_flag swept;  // once per process: the names only pile up across runs
+  std::call_once(swept, [] { removeShmSegmentsOfExitedRanks(); });
   return std::make_unique<ShmTransport>(identity, self);
 }
 

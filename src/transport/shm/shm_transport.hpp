@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "transport/transport.hpp"
 
@@ -25,6 +26,11 @@ struct ShmFifoLayout {
   size_t fragmentBytes = 0;    // the largest piece of a message in the ring, a multiple of 64, <= payloadBytes / 2
 };
 ShmFifoLayout shmFifoLayout();
+
+// Removes the /dev/shm names of segments whose receiver has exited (killed, or left with _exit, before its
+// peer attached: only then does the name outlive it). Only this user's segments of this layout whose receiver
+// ran in our pid namespace are judged. Returns the names removed. makeShmTransport runs it once per process.
+std::vector<std::string> removeShmSegmentsOfExitedRanks();
 
 // Name of the segment carrying sender -> receiver on `channel` (for diagnostics and tests).
 std::string shmSegmentName(uint64_t commHash, int sender, int receiver, int channel);
