@@ -18,6 +18,9 @@ bin="$BUILD/perf/${COLL}_perf"
 [ -x "$bin" ] || { echo "calls.sh: $bin not built" >&2; exit 2; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+# KEEP=FILE keeps the callgrind profile there, for callgrind_annotate. SETTINGS="NAME=VALUE ..." go to every rank.
+settings=()
+for setting in ${SETTINGS:-}; do settings+=(-x "$setting"); done
 cat >"$out/wrap.sh" <<EOF
 #!/usr/bin/env bash
 if [ "\$OMPI_COMM_WORLD_RANK" = "$RANK" ]; then
@@ -27,14 +30,15 @@ exec "\$@"
 EOF
 chmod +x "$out/wrap.sh"
 # The slow rank must not trip the stall timeout of the ranks waiting on it.
-mpirun --allow-run-as-root --oversubscribe -np "$NP" -x TOPOCCL_TIMEOUT_MS=600000 ${LD_LIBRARY_PATH:+-x LD_LIBRARY_PATH} "$out/wrap.sh" "$bin" \
+mpirun --allow-run-as-root --oversubscribe -np "$NP" -x TOPOCCL_TIMEOUT_MS=600000 ${LD_LIBRARY_PATH:+-x LD_LIBRARY_PATH} ${settings[@]+"${settings[@]}"} "$out/wrap.sh" "$bin" \
   -b "$BYTES" -e "$BYTES" -n "$ITERS" -w "$WARMUP" >"$out/bench.txt" 2>&1 || { cat "$out/bench.txt" >&2; exit 1; }
 calls=$((2 * (ITERS + WARMUP)))  # out of place and in place
+[ -n "${KEEP:-}" ] && cp "$out/callgrind.out" "$KEEP"
 # The public entry point (ncclAllReduce, ncclBroadcast, ...), inclusive of everything it calls, and the engine's calls of
 # Execution::progress (the caller line right before that function's own line in the caller tree).
 callgrind_annotate --inclusive=yes --tree=caller --threshold=100 "$out/callgrind.out" 2>/dev/null |
   awk -v calls="$calls" -v what="$COLL $BYTES B, $NP ranks, rank $RANK" '
-    /\* +src\/api\/nccl_api\.cpp:nccl[A-Z][A-Za-z]+ / && !total { gsub(",", "", $1); total = $1 }
+    /\* +([^ ]*\/)?src\/api\/nccl_api\.cpp:nccl[A-Z][A-Za-z]+ / && !total { gsub(",", "", $1); total = $1 }
     /< .*Communicator::runGroupLists\(\) \([0-9,]+x\)/ { last = $0; next }
     /\* .*Execution::progress\(\)/ && last != "" && !walks {
       walks = last; sub(/.*runGroupLists\(\) \(/, "", walks); sub(/x\).*/, "", walks); gsub(",", "", walks)

@@ -440,6 +440,70 @@ TEST_CASE("shm keeps thousands of small messages in order on two channels") {
   CHECK(leftoverSegments(hash).empty());
 }
 
+TEST_CASE("shm messages sent and received at post keep their order with queued ones") {
+  // postSend publishes a message that fits in slots (up to 536 bytes) itself when nothing is queued before it and its
+  // slots are free; postRecv takes one that is already there when no receive is queued before it. Both must
+  // interleave with the queues, and with larger messages, which always queue.
+  SmallFifo settings(false, 16);  // 16 slots: the sender often finds them full
+  const uint64_t hash = freshCommHash();
+  const uint64_t seed = std::random_device{}();
+  INFO("seed " << seed);
+  const int messages = 3000;
+  const std::vector<size_t> sizes = {0, 1, 4, 8, 31, 32, 33, 100, 535, 536, 537, 4099};
+  constexpr size_t kInSlots = 536;  // 32 bytes in the descriptor and 56 in each of 9 more slots; larger ones use the ring
+  const auto sizeOf = [&](int i) { return sizes[std::mt19937_64(seed + uint64_t(i))() % sizes.size()]; };
+  const auto payloadOf = [&](int i) { return randomBytes(sizeOf(i), seed * 31 + uint64_t(i)); };
+  const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
+    auto transport = makeShmTransport({hash, 0, 1, 2}, self);
+    auto connection = transport->connect(peer, 0);
+    std::mt19937_64 rng(seed ^ 0x5eedull);
+    std::vector<std::vector<unsigned char>> data;
+    data.reserve(messages);
+    int atPost = 0, queued = 0;
+    for (int i = 0; i < messages; ++i) {
+      data.push_back(payloadOf(i));
+      const Ticket t = connection->postSend(data.back().data(), data.back().size());
+      if (data.back().size() <= kInSlots) (connection->sendsCompleted() >= t ? atPost : queued) += 1;
+      if (rng() % 2 == 0) connection->progress();
+      if (i % 200 == 199) {  // all out, then a pause: the receiver catches up and waits, so its receives queue
+        pollUntil({connection.get()}, [&] { return connection->sendsCompleted() == t; });
+        std::this_thread::sleep_for(2ms);
+      }
+    }
+    pollUntil({connection.get()}, [&] { return connection->sendsCompleted() == Ticket(messages); });
+    childCheck(atPost > 0 && queued > 0, "child: " + std::to_string(atPost) + " sends published at post, " +
+                                             std::to_string(queued) + " queued: both paths should have run");
+  });
+  auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()));
+  auto connection = transport->connect(processPeer(1, child.pid), 0);
+  std::mt19937_64 rng(seed ^ 0xfeedull);
+  std::vector<std::vector<unsigned char>> got(messages);
+  int atPost = 0, queued = 0;
+  for (int i = 0; i < messages;) {
+    if (rng() % 16 == 0) std::this_thread::sleep_for(1ms);  // the sender fills the FIFO: the next receives find data
+    const int batch = std::min(messages - i, 1 + int(rng() % 3));
+    Ticket last = 0;
+    for (int k = 0; k < batch; ++k, ++i) {
+      got[i].assign(sizeOf(i), 0xee);
+      RecvAction action;
+      action.dst = got[i].data();
+      last = connection->postRecv(action, got[i].size());
+      REQUIRE(last == Ticket(i + 1));
+      if (got[i].size() <= kInSlots) (connection->recvsCompleted() >= last ? atPost : queued) += 1;
+    }
+    pollUntil({connection.get()}, [&] { return connection->recvsCompleted() == last; });
+  }
+  int wrong = 0;
+  for (int i = 0; i < messages; ++i) wrong += got[i] != payloadOf(i);
+  CHECK(wrong == 0);
+  CHECK(atPost > 0);
+  CHECK(queued > 0);
+  CHECK(shmConnectionStats(*connection).fifoMessagesReceived == uint64_t(messages));
+  CHECK(finishChild(child) == "");
+  connection.reset();
+  CHECK(leftoverSegments(hash).empty());
+}
+
 TEST_CASE("shm small messages span the descriptor slots after their own") {
   // 3 slots: messages of up to 2 continuation slots go in slots, larger ones through the ring. 16: 10-slot messages
   // wrap the descriptor array's end. 256: the default.

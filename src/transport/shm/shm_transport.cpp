@@ -359,6 +359,13 @@ class ShmConnection final : public Connection {
 
   Ticket postSend(const void* data, size_t bytes) override {
     if (bytes > 0 && data == nullptr) throwInvalidArgument(describe() + ": send of " + std::to_string(bytes) + " bytes from a null buffer");
+    // A message that fits in slots, with nothing queued before it, is published here and now. It would complete at
+    // publish anyway; skipping the queue and progress() is most of the transport's cost of a small collective.
+    if (static_cast<int64_t>(bytes) <= directSendMaxBytes_ && directSendAllowed(continuationSlotsFor(bytes))) {
+      publishDirect(static_cast<const unsigned char*>(data), bytes);
+      ++sendsCompleted_;
+      return ++sendsPosted_;
+    }
     sends_.push_back({static_cast<const unsigned char*>(data), bytes, nullptr, 0, false, 0});
     return ++sendsPosted_;
   }
@@ -378,6 +385,13 @@ class ShmConnection final : public Connection {
     if (bytes == 0 || data == nullptr || mirror == nullptr) {
       throwInvalidArgument(describe() + ": mirrored send of " + std::to_string(bytes) + " bytes needs both buffers");
     }
+    if (static_cast<int64_t>(bytes) <= directSendMaxBytes_ && directSendAllowed(continuationSlotsFor(bytes))) {  // as postSend, then our copy
+      publishDirect(static_cast<const unsigned char*>(data), bytes);
+      std::memcpy(mirror, data, bytes);
+      ++senderMirroredMessages_;
+      ++sendsCompleted_;
+      return ++sendsPosted_;
+    }
     sends_.push_back({static_cast<const unsigned char*>(data), bytes, static_cast<unsigned char*>(mirror), 0, false, 0});
     return ++sendsPosted_;
   }
@@ -391,6 +405,24 @@ class ShmConnection final : public Connection {
         throwInvalidArgument(describe() + ": reduce of " + std::to_string(bytes) + " bytes with " +
                              std::to_string(action.elementSize) + "-byte elements (element size must divide 64 and the size)");
       }
+    }
+    // Likewise a message in slots that is already here, when no receive is queued before this one.
+    if (bytes <= kSlotMessageBytes && recvs_.empty() && inEstablished_ && !failure_ && incomingSlotReady()) {
+      const SlotDescriptor& slot = in_.slotDescriptor(inTail_);
+      const size_t continuations = continuationSlotsFor(bytes);
+      if (slot.kind == kTinyMessage && slot.messageBytes == bytes && slot.fragmentBytes == bytes && slot.offset == 0 &&
+          continuations < in_.descriptorCount) {
+        const uint64_t tailBefore = inTailPublished_;
+        try {
+          takeSlotMessage(PendingRecv{action, bytes, 0}, slot, continuations);
+        } catch (const Error& e) {
+          failure_ = e;  // as progress() would: every later call repeats it
+          throw;
+        }
+        if (inTailPublished_ != tailBefore) ring(in_.header->senderBell);
+        ++recvsCompleted_;
+        return ++recvsPosted_;
+      }  // anything else, a malformed slot included, is the queue's to handle and report
     }
     recvs_.push_back({action, bytes, 0});
     return ++recvsPosted_;
@@ -532,6 +564,11 @@ class ShmConnection final : public Connection {
       outCmaThreshold_ = out_.header->cmaThreshold;
       outZeroCopyThreshold_ = out_.header->zeroCopyThreshold;
       outEstablished_ = true;
+      // Messages up to this size may go straight into their slot (postSend): what publishSends sends as tiny.
+      uint64_t direct = kSlotMessageBytes;
+      if (outCmaThreshold_ != 0) direct = std::min(direct, outCmaThreshold_ - 1);
+      if (outZeroCopyThreshold_ != 0) direct = std::min(direct, outZeroCopyThreshold_ - 1);
+      directSendMaxBytes_ = static_cast<int64_t>(direct);
       TOPOCCL_INFO(log::kShm, "shm: rank %d -> rank %d channel %d connected, %zu slots, %zu-byte ring in fragments of up to %zu bytes, CMA %s, zero copy %s",
                    selfRank_, peerRank_, channel_, out_.descriptorCount, out_.payloadBytes, out_.fragmentBytes, outCmaThreshold_ ? "on" : "off",
                    outZeroCopyThreshold_ ? "on" : "off");
@@ -729,14 +766,7 @@ class ShmConnection final : public Connection {
           throwRemoteError(peerName() + " sent a malformed small message" + onChannel());
         }
         const size_t continuations = continuationSlotsFor(recv.bytes);
-        if (continuations == 0) {
-          applyAt(recv, slot.tiny, 0, recv.bytes);
-        } else {
-          receiveContinuations(recv, slot, continuations);
-          ++slotMessagesReceived_;
-        }
-        releaseIncomingSlots(1 + continuations, /*urgent=*/false);
-        ++fifoMessagesReceived_;
+        takeSlotMessage(recv, slot, continuations);
         completeRecv();
       } else if (slot.kind == kInlineFragment) {
         if (slot.offset != recv.offset || slot.fragmentBytes > in_.fragmentBytes || slot.fragmentBytes > recv.bytes - recv.offset ||
@@ -807,6 +837,18 @@ class ShmConnection final : public Connection {
       apply(continuationBytes(next), at, i < continuations ? kContinuationBytes : recv.bytes - at);
     }
     if (!wholeElements) applyAt(recv, gathered, 0, recv.bytes);
+  }
+
+  // A kTinyMessage of `continuations` slots after its descriptor at inTail_, into recv; then releases its slots.
+  void takeSlotMessage(const PendingRecv& recv, const SlotDescriptor& slot, size_t continuations) {
+    if (continuations == 0) {
+      applyAt(recv, slot.tiny, 0, recv.bytes);
+    } else {
+      receiveContinuations(recv, slot, continuations);
+      ++slotMessagesReceived_;
+    }
+    releaseIncomingSlots(1 + continuations, /*urgent=*/false);
+    ++fifoMessagesReceived_;
   }
 
   bool incomingSlotReady() const {
@@ -906,12 +948,59 @@ class ShmConnection final : public Connection {
     retireCompletedSends();
   }
 
+  // postSend's shortcut for a message of up to directSendMaxBytes_: nothing queued before it, nothing failed, its
+  // slots free.
+  bool directSendAllowed(size_t continuations) {
+    return sends_.empty() && !failure_ && out_.header->receiverFailed.load(std::memory_order_relaxed) == 0 &&
+           claimOutgoingSlots(1 + continuations);
+  }
+  void publishDirect(const unsigned char* data, size_t bytes) {
+    const size_t continuations = continuationSlotsFor(bytes);
+    SlotDescriptor& slot = out_.slotDescriptor(outHead_);
+    writeSlotMessage(slot, data, bytes, continuations);
+    publishSlot(slot, continuations);
+    ring(out_.header->receiverBell);
+  }
+
+  // Whether `count` more slots are free, looking at the receiver's tail again only when our copy says no.
+  bool claimOutgoingSlots(size_t count) {
+    if (outHead_ + count - outTailSeen_ <= out_.descriptorCount) return true;
+    outTailSeen_ = out_.header->tail.load(std::memory_order_acquire);
+    return outHead_ + count - outTailSeen_ <= out_.descriptorCount;
+  }
+
+  // A message of up to kSlotMessageBytes: its first kTinyBytes in the descriptor at outHead_, the rest in the
+  // `continuations` slots after it, written now and made visible by the descriptor's publication.
+  void writeSlotMessage(SlotDescriptor& slot, const unsigned char* data, size_t bytes, size_t continuations) {
+    slot.messageBytes = bytes;
+    slot.offset = 0;
+    slot.fragmentBytes = static_cast<uint32_t>(bytes);
+    slot.kind = kTinyMessage;
+    if (bytes > 0) std::memcpy(slot.tiny, data, std::min(bytes, kTinyBytes));
+    if (continuations == 0) return;
+    size_t index = out_.slotIndex(outHead_);
+    size_t at = kTinyBytes;
+    for (size_t i = 1; i <= continuations; ++i, at += kContinuationBytes) {
+      SlotDescriptor& next = out_.descriptors[index = out_.nextIndex(index)];
+      if (i < continuations) std::memcpy(continuationBytes(next), data + at, kContinuationBytes);  // a fixed size: inline
+      else std::memcpy(continuationBytes(next), data + at, bytes - at);
+      next.sequence.store(outHead_ + i + 1, std::memory_order_relaxed);  // made visible by the descriptor's release
+    }
+    // The receiver releases a message's slots together, so its tail never stops inside one: only the last slot's
+    // entry is ever read.
+    payloadEndAt_[(outHead_ + continuations) % payloadEndAt_.size()] = payloadHead_;
+  }
+
+  // Makes the slot at outHead_ (and the continuation slots already written after it) visible to the receiver.
+  void publishSlot(SlotDescriptor& slot, size_t continuationSlots) {
+    payloadEndAt_[outHead_ % payloadEndAt_.size()] = payloadHead_;
+    slot.sequence.store(outHead_ + 1, std::memory_order_release);
+    outHead_ += 1 + continuationSlots;
+  }
+
   void publishSends() {
     while (nextToPublish_ < sends_.size()) {
-      if (outHead_ - outTailSeen_ >= out_.descriptorCount) {
-        outTailSeen_ = out_.header->tail.load(std::memory_order_acquire);
-        if (outHead_ - outTailSeen_ >= out_.descriptorCount) break;
-      }
+      if (!claimOutgoingSlots(1)) break;
       PendingSend& send = sends_[nextToPublish_];
       std::optional<SharedRange> shared;
       if (outZeroCopyThreshold_ != 0 && send.offset == 0 && send.bytes >= outZeroCopyThreshold_) shared = findShared(send.data, send.bytes);
@@ -945,27 +1034,8 @@ class ShmConnection final : public Connection {
       } else if (send.offset == 0 && send.bytes <= kSlotMessageBytes &&
                  continuationSlotsFor(send.bytes) < out_.descriptorCount) {
         const size_t continuations = continuationSlotsFor(send.bytes);
-        if (outHead_ + 1 + continuations - outTailSeen_ > out_.descriptorCount) {
-          outTailSeen_ = out_.header->tail.load(std::memory_order_acquire);
-          if (outHead_ + 1 + continuations - outTailSeen_ > out_.descriptorCount) break;
-        }
-        slot.offset = 0;
-        slot.fragmentBytes = static_cast<uint32_t>(send.bytes);
-        slot.kind = kTinyMessage;
-        if (send.bytes > 0) std::memcpy(slot.tiny, send.data, std::min(send.bytes, kTinyBytes));
-        if (continuations > 0) {
-          size_t index = out_.slotIndex(outHead_);
-          size_t at = kTinyBytes;
-          for (size_t i = 1; i <= continuations; ++i, at += kContinuationBytes) {
-            SlotDescriptor& next = out_.descriptors[index = out_.nextIndex(index)];
-            if (i < continuations) std::memcpy(continuationBytes(next), send.data + at, kContinuationBytes);  // a fixed size: inline
-            else std::memcpy(continuationBytes(next), send.data + at, send.bytes - at);
-            next.sequence.store(outHead_ + i + 1, std::memory_order_relaxed);  // made visible by the descriptor's release
-          }
-          // The receiver releases a message's slots together, so its tail never stops inside one: only the last
-          // slot's entry is ever read.
-          payloadEndAt_[(outHead_ + continuations) % payloadEndAt_.size()] = payloadHead_;
-        }
+        if (!claimOutgoingSlots(1 + continuations)) break;
+        writeSlotMessage(slot, send.data, send.bytes, continuations);
         send.offset = send.bytes;
         continuationSlots = continuations;
       } else {
@@ -980,9 +1050,7 @@ class ShmConnection final : public Connection {
         send.offset += fragment;
       }
       const size_t publishedFrom = slot.offset;  // where this slot's bytes start in the message
-      payloadEndAt_[outHead_ % payloadEndAt_.size()] = payloadHead_;
-      slot.sequence.store(outHead_ + 1, std::memory_order_release);
-      outHead_ += 1 + continuationSlots;
+      publishSlot(slot, continuationSlots);
       if (send.mirror != nullptr) {
         // Our half of a mirrored send the receiver cannot write. After publishing, so a polling peer need not wait
         // for it (a sleeping one is rung once, after the loop); the bytes just copied in are still in this core's
@@ -1000,10 +1068,7 @@ class ShmConnection final : public Connection {
   // A mirrored send takes two slots: kSharedBuffer naming the data, then kSharedMirror naming the mirror. The
   // mirror's slot is published first, so a receiver that sees the first sees both. False while two are not free.
   bool publishMirrored(PendingSend& send, const SharedRange& data, const SharedRange& mirror) {
-    if (outHead_ + 2 - outTailSeen_ > out_.descriptorCount) {
-      outTailSeen_ = out_.header->tail.load(std::memory_order_acquire);
-      if (outHead_ + 2 - outTailSeen_ > out_.descriptorCount) return false;
-    }
+    if (!claimOutgoingSlots(2)) return false;
     const auto describeRange = [&](SlotDescriptor& slot, const SharedRange& range, SlotKind kind, uint32_t flags) {
       slot.messageBytes = send.bytes;
       slot.offset = 0;
@@ -1143,6 +1208,7 @@ class ShmConnection final : public Connection {
   bool outEstablished_ = false;
   uint64_t outCmaThreshold_ = 0;
   uint64_t outZeroCopyThreshold_ = 0;
+  int64_t directSendMaxBytes_ = -1;  // postSend publishes messages up to this size itself; -1 until established
   uint64_t outHead_ = 0;
   uint64_t outTailSeen_ = 0;  // the receiver's tail when we last looked
   uint64_t payloadHead_ = 0;  // payload ring bytes ever reserved
