@@ -58,7 +58,9 @@ struct CommIdentity {
   int nranks = 0;
 };
 
-// Tickets are numbered from 1 per connection and direction; operations complete in order.
+// Tickets are numbered from 1 per connection and direction; operations complete in order. An operation may
+// complete inside its post call (shm does so for small messages with nothing queued before them), so whatever a
+// receive reads (its operand) must be ready when it is posted.
 using Ticket = uint64_t;
 
 class Connection {

@@ -819,13 +819,19 @@ TEST_CASE("shm replaces a segment left behind by a crashed run") {
 
 TEST_CASE("shm removes the names a receiver that exited before its peer attached left in /dev/shm") {
   SmallFifo settings(false);
+  // A live receiver's segment must stay: this process waits on a peer that has not attached yet. (Made first: the
+  // first transport of a process sweeps once, and this test wants to call the sweep itself.)
+  const uint64_t liveHash = freshCommHash();
+  auto transport = makeShmTransport({liveHash, 0, 0, 2}, processPeer(0, ::getpid()));
+  auto connection = transport->connect(processPeer(1, ::getppid()), 0);
+  REQUIRE(leftoverSegments(liveHash).size() == 1);
   const uint64_t hash = freshCommHash();
   // Rank 1 creates its receive segment from rank 0, then leaves without destructors (as _Exit or SIGKILL would).
   const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
-    auto transport = makeShmTransport({hash, 0, 1, 2}, self);
-    auto connection = transport->connect(peer, 0);
-    static_cast<void>(connection.release());
-    static_cast<void>(transport.release());
+    auto leaving = makeShmTransport({hash, 0, 1, 2}, self);
+    auto left = leaving->connect(peer, 0);
+    static_cast<void>(left.release());
+    static_cast<void>(leaving.release());
   });
   REQUIRE(finishChild(child) == "");
   const std::string orphan = shmSegmentName(hash, 0, 1, 0);
@@ -839,11 +845,6 @@ TEST_CASE("shm removes the names a receiver that exited before its peer attached
     REQUIRE(::write(fd, bytes.data(), bytes.size()) == ssize_t(bytes.size()));
     ::close(fd);
   }
-  // A live receiver's segment stays: this process waits on a peer that has not attached yet.
-  const uint64_t liveHash = freshCommHash();
-  auto transport = makeShmTransport({liveHash, 0, 0, 2}, processPeer(0, ::getpid()));
-  auto connection = transport->connect(processPeer(1, ::getppid()), 0);
-  REQUIRE(leftoverSegments(liveHash).size() == 1);
 
   const std::vector<std::string> removed = removeShmSegmentsOfExitedRanks();
   CHECK(std::find(removed.begin(), removed.end(), orphan) != removed.end());
