@@ -93,7 +93,8 @@ size_t lastLevelCacheBytes() {
     if (l3 > 0) largest = static_cast<size_t>(l3);
   }
 #endif
-  return largest;
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  return usableCacheBytes(largest, online > 0 ? static_cast<size_t>(online) : 1);
 }
 
 }  // namespace topoccl::kernels

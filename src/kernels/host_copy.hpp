@@ -23,7 +23,17 @@ inline constexpr size_t kBulkCopyMinBytes = 4096;
 // Whether bulkCopy differs from memcpy on this CPU.
 bool bulkCopyUsesStringCopy();
 
-// The last-level cache of this machine in bytes (sysfs, then sysconf), 0 when unknown.
+// The last-level cache this machine's CPUs can count on, in bytes (sysfs, then sysconf), 0 when unknown: the
+// reported size, capped at kMaxCacheBytesPerCpu for each online CPU. A VM sees its host's whole cache (this CI's
+// 2-vCPU VM: 504 MiB) while it shares it with CPUs it does not have; there copies that should have written around
+// the cache from 48 MiB on ran 1.15-1.85x slower (perf/RESULTS.md, session 37).
 size_t lastLevelCacheBytes();
+// More than any CPU has per core (12 MiB on the largest stacked-cache parts).
+inline constexpr size_t kMaxCacheBytesPerCpu = size_t{16} << 20;
+// The cap itself, for tests: `reported` bytes of cache seen by `cpus` online CPUs.
+constexpr size_t usableCacheBytes(size_t reported, size_t cpus) {
+  const size_t cap = (cpus > 0 ? cpus : 1) * kMaxCacheBytesPerCpu;
+  return reported < cap ? reported : cap;
+}
 
 }  // namespace topoccl::kernels

@@ -1,6 +1,7 @@
 // streamingCopy and bulkCopy against the source bytes they copy: fresh random data, lengths around the
 // 16-byte store, 64-byte round and 4 KiB string-copy boundaries (and a prime above a MiB), every source and
 // destination offset modulo 16, and guard bytes on both sides of the destination.
+#include <unistd.h>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <random>
@@ -48,4 +49,18 @@ TEST_CASE("streamingCopy copies every byte at every alignment and length, and no
 TEST_CASE("bulkCopy copies every byte at every alignment and length, and nothing outside") {
   INFO("string copy on this CPU: " << topoccl::kernels::bulkCopyUsesStringCopy());
   checkCopy(&topoccl::kernels::bulkCopy);
+}
+
+TEST_CASE("the last-level cache copies plan for is the reported one, capped per online CPU") {
+  using topoccl::kernels::kMaxCacheBytesPerCpu;
+  using topoccl::kernels::usableCacheBytes;
+  constexpr size_t MiB = size_t{1} << 20;
+  CHECK(usableCacheBytes(32 * MiB, 2) == 32 * MiB);    // a VM on one CCD of an EPYC: as reported
+  CHECK(usableCacheBytes(504 * MiB, 2) == 32 * MiB);   // a 2-vCPU VM shown its host's 504 MiB
+  CHECK(usableCacheBytes(504 * MiB, 64) == 504 * MiB); // the host itself
+  CHECK(usableCacheBytes(0, 4) == 0);                  // unknown stays unknown
+  CHECK(usableCacheBytes(504 * MiB, 0) == kMaxCacheBytesPerCpu);
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  REQUIRE(online > 0);
+  CHECK(topoccl::kernels::lastLevelCacheBytes() <= size_t(online) * kMaxCacheBytesPerCpu);
 }

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,6 +27,7 @@
 #include "common/error.hpp"
 #include "kernels/host_reduce.hpp"
 #include "transport/shm/shared_allocation.hpp"
+#include "transport/shm/shm_layout.hpp"
 #include "transport/shm/shm_transport.hpp"
 
 using namespace topoccl;
@@ -853,6 +855,128 @@ TEST_CASE("shm removes the names a receiver that exited before its peer attached
   ::shm_unlink(junk.c_str());
   connection.reset();
   CHECK(leftoverSegments(liveHash).empty());
+}
+
+// The sending side of a connection played by the test itself, writing the receiver's segment by hand: what a buggy
+// or hostile peer could publish.
+class ForgedSender {
+ public:
+  explicit ForgedSender(const std::string& name) {
+    fd_ = ::shm_open(name.c_str(), O_RDWR, 0);
+    REQUIRE(fd_ >= 0);
+    struct stat st {};
+    REQUIRE(::fstat(fd_, &st) == 0);
+    bytes_ = size_t(st.st_size);
+    base_ = static_cast<unsigned char*>(::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0));
+    REQUIRE(base_ != MAP_FAILED);
+    header = reinterpret_cast<shm_layout::SegmentHeader*>(base_);
+    REQUIRE(header->magic == shm_layout::kSegmentMagic);
+    REQUIRE(header->state.load() == shm_layout::kReady);
+    const auto g = shm_layout::geometryFor(header->descriptorCount, header->payloadBytes);
+    REQUIRE(g.totalBytes == bytes_);
+    descriptors_ = reinterpret_cast<shm_layout::SlotDescriptor*>(base_ + g.descriptorsOffset);
+    header->senderShareProbeFd = -1;  // no zero copy
+    header->state.store(shm_layout::kAttached, std::memory_order_release);
+  }
+  ~ForgedSender() {
+    ::munmap(base_, bytes_);
+    ::close(fd_);
+  }
+  ForgedSender(const ForgedSender&) = delete;
+  ForgedSender& operator=(const ForgedSender&) = delete;
+  shm_layout::SlotDescriptor& slot(uint64_t counter) { return descriptors_[counter % header->descriptorCount]; }
+  void publish(uint64_t counter) { slot(counter).sequence.store(counter + 1, std::memory_order_release); }
+
+  shm_layout::SegmentHeader* header = nullptr;
+
+ private:
+  int fd_ = -1;
+  size_t bytes_ = 0;
+  unsigned char* base_ = nullptr;
+  shm_layout::SlotDescriptor* descriptors_ = nullptr;
+};
+
+TEST_CASE("shm refuses forged slots, naming the fault, and leaves the destination untouched") {
+  using namespace shm_layout;
+  SmallFifo settings(true, 16);  // no CMA: the forger has no probe to offer
+  struct Fault {
+    const char* name;
+    const char* expected;  // in the error
+    std::function<void(ForgedSender&)> write;  // the slots from counter 0; the descriptor is published after
+  };
+  const auto tiny = [](SlotDescriptor& d, uint64_t messageBytes, uint32_t fragmentBytes) {
+    d.kind = kTinyMessage;
+    d.messageBytes = messageBytes;
+    d.fragmentBytes = fragmentBytes;
+    d.offset = 0;
+    std::memset(d.tiny, 0x11, sizeof(d.tiny));
+  };
+  const std::vector<Fault> faults = {
+      {"a continuation slot never published", "missing continuation slot",
+       [&](ForgedSender& f) {
+         tiny(f.slot(0), 100, 100);  // 32 + 2 x 56 bytes: slots 1 and 2 follow
+         f.slot(1).sequence.store(2);
+         f.slot(2).sequence.store(0);
+       }},
+      {"an unknown slot kind", "malformed slot (kind 99)",
+       [&](ForgedSender& f) {
+         tiny(f.slot(0), 100, 100);
+         f.slot(0).kind = 99;
+       }},
+      {"a fragment outside the payload ring", "malformed fragment",
+       [&](ForgedSender& f) {
+         SlotDescriptor& d = f.slot(0);
+         d.kind = kInlineFragment;
+         d.messageBytes = 100;
+         d.fragmentBytes = 100;
+         d.offset = 0;
+         d.payloadOffset = f.header->payloadBytes;
+       }},
+      {"a small message shorter than it says", "malformed small message",
+       [&](ForgedSender& f) { tiny(f.slot(0), 100, 40); }},
+      {"another size than the receive's", "receive of 100 bytes matched a send of 64 bytes",
+       [&](ForgedSender& f) { tiny(f.slot(0), 64, 64); }},
+  };
+  const size_t which = GENERATE(range(size_t(0), size_t(5)));
+  const bool postedFirst = GENERATE(true, false);
+  const Fault& fault = faults[which];
+  INFO(fault.name << (postedFirst ? ", the receive posted before the slot" : ", the slot there before the receive"));
+  const uint64_t hash = freshCommHash();
+  auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()));
+  auto connection = transport->connect(processPeer(1, ::getpid()), 0);
+  ForgedSender forger(shmSegmentName(hash, 1, 0, 0));
+  connection->progress();  // takes the forger's attach
+  REQUIRE(forger.header->state.load() == kEstablished);
+
+  std::vector<unsigned char> dst(100, 0xee);
+  RecvAction action;
+  action.dst = dst.data();
+  std::string message;
+  try {
+    if (postedFirst) {
+      connection->postRecv(action, dst.size());
+      connection->progress();  // finds nothing yet
+    }
+    fault.write(forger);
+    forger.publish(0);
+    if (!postedFirst) connection->postRecv(action, dst.size());  // may refuse the slot itself
+    pollUntil({connection.get()}, [] { return false; }, 30s);
+  } catch (const Error& e) {
+    CHECK(e.code() == ncclRemoteError);
+    message = e.what();
+  }
+  INFO(message);
+  CHECK(message.find(fault.expected) != std::string::npos);
+  CHECK(message.find("rank 1") != std::string::npos);
+  CHECK(std::all_of(dst.begin(), dst.end(), [](unsigned char b) { return b == 0xee; }));
+  CHECK_THROWS_AS(connection->progress(), Error);  // the connection stays failed
+  if (std::string(fault.expected).find("matched a send") != std::string::npos) {
+    // The sender is told why, through the segment.
+    CHECK(forger.header->receiverFailed.load() == 1);
+    CHECK(std::string(forger.header->failureText).find("100") != std::string::npos);
+  }
+  connection.reset();
+  CHECK(leftoverSegments(hash).empty());
 }
 
 TEST_CASE("shm falls back to the FIFO when the kernel refuses CMA for a peer") {
