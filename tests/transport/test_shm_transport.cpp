@@ -221,6 +221,15 @@ std::vector<std::string> leftoverSegments(uint64_t hash) {
   return found;
 }
 
+// A file in /dev/shm under a segment's name that holds no segment: 8 KiB of 0x5a.
+void writeJunkSegment(const std::string& name) {
+  const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  REQUIRE(fd >= 0);
+  std::vector<unsigned char> junk(8192, 0x5a);
+  REQUIRE(::write(fd, junk.data(), junk.size()) == ssize_t(junk.size()));
+  ::close(fd);
+}
+
 // Settings that shape the tests: a small FIFO (4 descriptors, a 16 KiB ring in fragments of up to 4 KiB)
 // so that messages larger than the FIFO stay below the CMA threshold.
 struct SmallFifo {
@@ -790,15 +799,7 @@ TEST_CASE("shm connect fails, without hanging, when the peer never connects") {
 TEST_CASE("shm replaces a segment left behind by a crashed run") {
   SmallFifo settings(false);
   const uint64_t hash = freshCommHash();
-  {
-    // What a process killed between creating and unlinking its segment leaves behind.
-    const std::string stale = shmSegmentName(hash, 1, 0, 0);
-    const int fd = ::shm_open(stale.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    REQUIRE(fd >= 0);
-    std::vector<unsigned char> junk(8192, 0x5a);
-    REQUIRE(::write(fd, junk.data(), junk.size()) == ssize_t(junk.size()));
-    ::close(fd);
-  }
+  writeJunkSegment(shmSegmentName(hash, 1, 0, 0));  // what a process killed before unlinking its segment leaves
   const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
     auto transport = makeShmTransport({hash, 0, 1, 2}, self);
     auto connection = transport->connect(peer, 0);
@@ -840,13 +841,7 @@ TEST_CASE("shm removes the names a receiver that exited before its peer attached
   REQUIRE(leftoverSegments(hash) == std::vector<std::string>{orphan.substr(1)});
   // Not ours to judge: a file of the same prefix that is no segment of this layout.
   const std::string junk = shmSegmentName(hash, 5, 6, 0);
-  {
-    const int fd = ::shm_open(junk.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    REQUIRE(fd >= 0);
-    std::vector<unsigned char> bytes(8192, 0x5a);
-    REQUIRE(::write(fd, bytes.data(), bytes.size()) == ssize_t(bytes.size()));
-    ::close(fd);
-  }
+  writeJunkSegment(junk);
 
   const std::vector<std::string> removed = removeShmSegmentsOfExitedRanks();
   CHECK(std::find(removed.begin(), removed.end(), orphan) != removed.end());

@@ -16,8 +16,8 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
-#include <new>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <vector>
 
