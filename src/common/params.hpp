@@ -37,6 +37,9 @@ inline const Param<bool> kShmZeroCopy{"TOPOCCL_SHM_ZERO_COPY", true,
                                      "straight out of such a sender's buffer: one copy instead of the FIFO's two"};
 inline const Param<int64_t> kShmZeroCopyThreshold{"TOPOCCL_SHM_ZERO_COPY_THRESHOLD", 32768,
                                                   "Messages at least this large from ncclMemAlloc buffers go zero-copy"};
+inline const Param<int64_t> kShmSharedCopyBytes{"TOPOCCL_SHM_SHARED_COPY_BYTES", 128 << 10,
+                                                "Zero-copy shm messages at least this large, into an ncclMemAlloc buffer, are "
+                                                "copied by both ends at once: the sender claims blocks while it waits; 0 = off"};
 inline const Param<int64_t> kShmCmaThreshold{"TOPOCCL_SHM_CMA_THRESHOLD", 65536,
                                              "Messages at least this large move by CMA instead of the shm FIFO"};
 inline const Param<int64_t> kNSocks{"NCCL_NSOCKS_PERTHREAD", 0,

@@ -1232,6 +1232,9 @@ void Communicator::runGroupLists() {
     const bool done = !current && next >= collectives.size() && (!pointToPoint || pointToPoint->finished());
     if (done) return;
 
+    // Nothing moved: our peers' work that we can take on meanwhile (an shm receiver copying our large message),
+    // unless ranks share cores: then the time is a peer's own (4-rank broadcast on 2 CPUs: 8 MiB 1.4x slower).
+    if (!moved && current && !sharesCores_) moved = current->helpPeers();
     if (moved) {
       if (!armedBells_.empty()) transport::disarm(armedBells_);
       idle = nextPollLook = 0;

@@ -113,6 +113,7 @@ bool Execution::readByPendingSend(const char* begin, const char* end) {
 }
 
 void Execution::postSend(const LaneState& state, transport::Connection* conn, const char* data, size_t bytes, char* mirror) {
+  conn->setPeerCopy(copy_);
   const transport::Ticket ticket = mirror ? conn->postSendMirrored(data, mirror, bytes) : conn->postSend(data, bytes);
   inFlight_.push_back({conn, ticket, data, data + bytes});
   unflushed_ |= state.sendBit;
@@ -422,6 +423,12 @@ size_t fuseMirroredCopies(std::vector<ResolvedLane>& lanes) {
     }
   }
   return fused;
+}
+
+bool Execution::helpPeers() {
+  bool helped = false;
+  for (transport::Connection* conn : connections_) helped |= conn->helpPeer();
+  return helped;
 }
 
 bool Execution::armDoorbells(std::vector<transport::ArmedDoorbell>& armed) {

@@ -99,6 +99,8 @@ class Execution {
   // Arms every connection's doorbells, for an idle engine to sleep on; false if any connection cannot be
   // waited on that way (see transport::Connection::armDoorbells).
   bool armDoorbells(std::vector<transport::ArmedDoorbell>& armed);
+  // Lets the connections do work for their peers while this run waits (Connection::helpPeer); whether any did.
+  bool helpPeers();
 
  private:
   static constexpr size_t kWindow = 4;  // receive slices in flight per lane

@@ -81,6 +81,12 @@ class Connection {
     return false;
   }
   virtual Ticket postSendMirrored(const void* data, void* mirror, size_t bytes);
+  // How this side copies when it moves bytes of its sends into the peer's memory itself (an shm sender that helps
+  // its receiver with a large message), set by the executor before it posts, as RecvAction::copy. Null: memcpy.
+  void setPeerCopy(CopyFn copy) { peerCopy_ = copy; }
+  // Called by an engine whose last pass moved nothing: work this side can take over from its peer meanwhile (an shm
+  // sender copying part of its own large message into the receiver's buffer). Returns whether it did any.
+  virtual bool helpPeer() { return false; }
   // Queue a receive of exactly `bytes`; completion means the action has been applied.
   virtual Ticket postRecv(const RecvAction& action, size_t bytes) = 0;
   // Move data; never blocks. Throws topoccl::Error (ncclRemoteError / ncclSystemError) naming the
@@ -108,6 +114,9 @@ class Connection {
     (void)armed;
     return false;
   }
+
+ protected:
+  CopyFn peerCopy_ = nullptr;
 };
 
 class Transport {

@@ -1246,6 +1246,213 @@ TEST_CASE("shm zero copy stays off when TOPOCCL_SHM_ZERO_COPY=0") {
   CHECK(finishChild(child) == "");
 }
 
+// A receiver offers to share the copy of a large zero-copy message into a shared buffer of its own (CopyOffer); the
+// sender, idle meanwhile, claims blocks and copies them into that buffer through its own mapping (and into its mirror).
+// The last message is far above the receiver's per-progress budget (8 MiB): the receiver stops polling after its
+// first call, so the sender must copy the rest. Odd sizes (a short last block), odd offsets, guard bytes around every
+// destination and mirror. Offers are made only for plain copies into shared buffers, at or above the setting.
+TEST_CASE("shm large zero-copy messages into a shared buffer are copied by both ends") {
+  enum Mode { kPlain, kMirrored, kPrivateDestination, kDisabled };
+  const Mode mode = GENERATE(kPlain, kMirrored, kPrivateDestination, kDisabled);
+  const char* names[] = {"plain sends", "mirrored sends", "a private destination", "TOPOCCL_SHM_SHARED_COPY_BYTES=0"};
+  INFO(names[mode]);
+  SmallFifo settings(true, 16);
+  config::setOverride("TOPOCCL_SHM_ZERO_COPY_THRESHOLD", "32768");
+  config::setOverride("TOPOCCL_SHM_SHARED_COPY_BYTES", mode == kDisabled ? "0" : "131072");
+  const uint64_t hash = freshCommHash();
+  const uint64_t seed = hash & 0xffff;
+  // Below the setting, at it, a prime size above it, and 24 MiB + 5 (385 blocks of 64 KiB, the last 5 bytes).
+  const std::vector<size_t> sizes = {131071, 131072, 200003, 24 * 1024 * 1024 + 5};
+  const size_t blocksOfLast = (sizes.back() + (64 << 10) - 1) >> 16;
+  std::vector<size_t> at;  // each message's offset in the source, the mirror and the destination: 4 KiB + 3 apart
+  size_t arena = 8;
+  for (size_t bytes : sizes) {
+    at.push_back(arena);
+    arena += bytes + 4096 + 3;
+  }
+  const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
+    auto transport = makeShmTransport({hash, 0, 1, 2}, self);
+    auto connection = transport->connect(peer, 0);
+    auto* source = static_cast<unsigned char*>(allocateShared(arena));
+    auto* mirror = static_cast<unsigned char*>(allocateShared(arena));
+    const auto content = randomBytes(arena, seed);
+    std::memcpy(source, content.data(), arena);
+    std::memset(mirror, 0xA5, arena);
+    Ticket last = 0;
+    for (size_t i = 0; i < sizes.size(); ++i)
+      last = mode == kMirrored ? connection->postSendMirrored(source + at[i], mirror + at[i], sizes[i])
+                               : connection->postSend(source + at[i], sizes[i]);
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    while (connection->sendsCompleted() != last) {  // as an idle engine: progress, then help
+      connection->progress();
+      connection->helpPeer();
+      childCheck(std::chrono::steady_clock::now() < deadline, "the sends did not complete");
+    }
+    std::vector<unsigned char> expected(arena, 0xA5);
+    if (mode == kMirrored)
+      for (size_t i = 0; i < sizes.size(); ++i) std::memcpy(expected.data() + at[i], content.data() + at[i], sizes[i]);
+    childCheck(std::memcmp(mirror, expected.data(), arena) == 0, "the mirror does not hold exactly the sent bytes");
+    childCheck(std::memcmp(source, content.data(), arena) == 0, "the source changed");
+    const ShmConnectionStats stats = shmConnectionStats(*connection);
+    if (mode == kPrivateDestination || mode == kDisabled)
+      childCheck(stats.blocksCopiedForReceiver == 0, "the sender copied blocks nobody offered");
+    freeShared(source);
+    freeShared(mirror);
+  });
+  auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()));
+  auto connection = transport->connect(processPeer(1, child.pid), 0);
+  std::vector<unsigned char> privateDestination;
+  unsigned char* destination = nullptr;
+  if (mode == kPrivateDestination) {
+    privateDestination.assign(arena, 0xEE);
+    destination = privateDestination.data();
+  } else {
+    destination = static_cast<unsigned char*>(allocateShared(arena));
+    std::memset(destination, 0xEE, arena);
+  }
+  Ticket last = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    RecvAction action;
+    action.dst = destination + at[i];
+    last = connection->postRecv(action, sizes[i]);
+  }
+  // Until the last message is under way (its offer made, or its first 8 MiB copied), then a pause in which only the
+  // sender can move it.
+  pollUntil({connection.get()}, [&] {
+    const ShmConnectionStats s = shmConnectionStats(*connection);
+    return s.sharedCopyOffers == 3 || connection->recvsCompleted() >= 3 || (s.established && !s.zeroCopyReceive);
+  });
+  std::this_thread::sleep_for(500ms);
+  pollUntil({connection.get()}, [&] { return connection->recvsCompleted() == last; });
+  const auto content = randomBytes(arena, seed);
+  std::vector<unsigned char> expected(arena, 0xEE);
+  for (size_t i = 0; i < sizes.size(); ++i) std::memcpy(expected.data() + at[i], content.data() + at[i], sizes[i]);
+  CHECK(std::memcmp(destination, expected.data(), arena) == 0);  // every message, and not a byte around them
+  const ShmConnectionStats stats = shmConnectionStats(*connection);
+  if (!stats.zeroCopyReceive) {
+    WARN("this process may not open the peer's /proc/<pid>/fd; everything went through the FIFO");
+  } else if (mode == kPlain || mode == kMirrored) {
+    CHECK(stats.zeroCopyMessagesReceived == sizes.size());
+    CHECK(stats.mirroredMessagesReceived == (mode == kMirrored ? sizes.size() : 0));
+    CHECK(stats.sharedCopyOffers == 3);
+    // The receiver's first call copies at most 8 MiB (128 blocks) of the last message; the sender, the rest.
+    CHECK(stats.blocksCopiedBySender >= blocksOfLast - 128);
+  } else {
+    CHECK(stats.sharedCopyOffers == 0);
+    CHECK(stats.blocksCopiedBySender == 0);
+  }
+  CHECK(finishChild(child) == "");
+  if (mode != kPrivateDestination) freeShared(destination);
+  connection.reset();
+  CHECK(leftoverSegments(hash).empty());
+}
+
+// A receiver that forges the segment (the parent here) and offers a copy the sender must refuse: another size, a
+// destination past its allocation, blocks of 0 bytes, an fd the sender cannot open. The sender claims nothing,
+// writes nothing, and its send completes once the receiver releases the slot.
+TEST_CASE("shm senders refuse malformed copy offers and write nothing") {
+  using namespace shm_layout;
+  struct Fault {
+    const char* name;
+    std::function<void(CopyOffer&)> spoil;
+  };
+  const std::vector<Fault> faults = {
+      {"another size", [](CopyOffer& o) { o.messageBytes += 64; }},
+      {"a destination past its allocation", [](CopyOffer& o) { o.offset = o.allocationBytes - 1000; }},
+      {"blocks of 0 bytes", [](CopyOffer& o) { o.blockBytes = 0; }},
+      {"an fd the sender cannot open", [](CopyOffer& o) { o.fd = 1 << 20; }},
+  };
+  const Fault& fault = faults[GENERATE(range(size_t(0), size_t(4)))];
+  INFO(fault.name);
+  SmallFifo settings(true, 16);
+  config::setOverride("TOPOCCL_SHM_ZERO_COPY_THRESHOLD", "32768");
+  const uint64_t hash = freshCommHash();
+  const size_t bytes = 1 << 20;
+  // The segment the child's sends go to, made by hand as its receiver would.
+  const std::string name = shmSegmentName(hash, 1, 0, 0);
+  const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  REQUIRE(fd >= 0);
+  const size_t descriptors = 16, payload = 16384;
+  const SegmentGeometry g = geometryFor(descriptors, payload);
+  REQUIRE(::ftruncate(fd, off_t(g.totalBytes)) == 0);
+  auto* base = static_cast<unsigned char*>(::mmap(nullptr, g.totalBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  REQUIRE(base != MAP_FAILED);
+  auto* header = new (base) SegmentHeader{};
+  header->magic = kSegmentMagic;
+  header->version = kLayoutVersion;
+  header->descriptorCount = descriptors;
+  header->payloadBytes = payload;
+  header->fragmentBytes = 4096;
+  header->totalBytes = g.totalBytes;
+  header->commHash = hash;
+  header->receiverPid = ::getpid();
+  header->senderRank = 1;
+  header->receiverRank = 0;
+  header->channel = 0;
+  const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
+    auto transport = makeShmTransport({hash, 0, 1, 2}, self);
+    auto connection = transport->connect(peer, 0);
+    auto* source = static_cast<unsigned char*>(allocateShared(bytes));
+    std::memset(source, 0x3C, bytes);
+    const Ticket t = connection->postSend(source, bytes);
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    while (connection->sendsCompleted() != t) {
+      connection->progress();
+      connection->helpPeer();
+      childCheck(std::chrono::steady_clock::now() < deadline, "the send did not complete");
+    }
+    childCheck(shmConnectionStats(*connection).blocksCopiedForReceiver == 0, "copied blocks of a malformed offer");
+    freeShared(source);
+  });
+  header->senderPid = child.pid;  // before kReady: the sender attaches only to a segment that names it
+  header->state.store(kReady, std::memory_order_release);
+  const auto descriptorAt = [&](size_t i) -> SlotDescriptor& {
+    return reinterpret_cast<SlotDescriptor*>(base + g.descriptorsOffset)[i];
+  };
+  const auto waitFor = [&](const std::function<bool()>& done, const char* what) {
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (!done()) {
+      if (std::chrono::steady_clock::now() > deadline) FAIL(what);
+      std::this_thread::sleep_for(1ms);
+    }
+  };
+  waitFor([&] { return header->state.load(std::memory_order_acquire) == kAttached; }, "the sender never attached");
+  header->cmaThreshold = 0;
+  header->zeroCopyThreshold = 32768;
+  header->state.store(kEstablished, std::memory_order_release);
+  ::shm_unlink(name.c_str());
+  SlotDescriptor& slot = descriptorAt(0);
+  waitFor([&] { return slot.sequence.load(std::memory_order_acquire) == 1; }, "the sender never published");
+  REQUIRE(slot.kind == kSharedBuffer);  // the sender's buffer is an ncclMemAlloc one
+  auto* destination = static_cast<unsigned char*>(allocateShared(2 * bytes));
+  std::memset(destination, 0xEE, 2 * bytes);
+  const std::optional<SharedRange> range = findShared(destination, bytes);
+  REQUIRE(range);
+  CopyOffer& offer = header->copyOffer;
+  offer.fd = range->fd;
+  offer.flags = 0;
+  offer.inode = range->inode;
+  offer.allocationBytes = range->allocationBytes;
+  offer.offset = range->offset;
+  offer.messageBytes = bytes;
+  offer.blockBytes = 64 << 10;
+  fault.spoil(offer);
+  header->copyBlocksBySender.store(0);
+  header->copyClaims.store(copyClaimsTag(1));
+  offer.sequence.store(1, std::memory_order_release);
+  std::this_thread::sleep_for(300ms);  // the sender spins on it meanwhile
+  CHECK(header->copyClaims.load() == copyClaimsTag(1));  // not one block claimed
+  CHECK(header->copyBlocksBySender.load() == 0);
+  CHECK(std::all_of(destination, destination + 2 * bytes, [](unsigned char b) { return b == 0xEE; }));
+  header->tail.store(1, std::memory_order_release);  // the message taken: the sender's buffer is free
+  ring(header->senderBell);
+  CHECK(finishChild(child) == "");
+  freeShared(destination);
+  ::munmap(base, g.totalBytes);
+  ::close(fd);
+  CHECK(leftoverSegments(hash).empty());
+}
+
 namespace {
 
 // Waits like an idle engine: arm the connection's doorbells, look once more, sleep until rung. The sleep's

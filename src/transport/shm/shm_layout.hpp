@@ -12,7 +12,7 @@
 namespace topoccl::transport::shm_layout {
 
 constexpr uint64_t kSegmentMagic = 0x746f706f73686d31ull;  // "toposhm1"
-constexpr uint32_t kLayoutVersion = 8;  // 7: small messages span several slots; 8: receiverPidNamespace
+constexpr uint32_t kLayoutVersion = 9;  // 7: small messages span several slots; 8: receiverPidNamespace; 9: copy offers
 constexpr size_t kAlign = 64;                               // cache line; slot payloads are multiples of it
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
@@ -66,6 +66,26 @@ inline size_t continuationSlotsFor(size_t bytes) {
   return bytes <= kTinyBytes ? 0 : (bytes - kTinyBytes + kContinuationBytes - 1) / kContinuationBytes;
 }
 
+// A receiver's offer to share the copy of the kSharedBuffer message at its tail with the sender, which would
+// otherwise wait idle for it: where the bytes go, in a shared allocation of the receiver's. Both sides then claim
+// blocks of it (SegmentHeader::copyClaims) and each copies its own, the sender through its own mapping of that
+// allocation (and into its mirror, for a mirrored send). Written by the receiver, `sequence` last.
+struct alignas(kAlign) CopyOffer {
+  std::atomic<uint64_t> sequence;  // the message's first slot's sequence (its counter + 1); 0 = none yet
+  int32_t fd;                      // the receiver's memfd, as SlotDescriptor::shared names the sender's
+  uint32_t flags;                  // none defined; 0
+  uint64_t inode;
+  uint64_t allocationBytes;
+  uint64_t offset;                 // of the destination within that allocation
+  uint64_t messageBytes;
+  uint64_t blockBytes;             // the claimed unit; the last block may be shorter
+};
+static_assert(sizeof(CopyOffer) == kAlign, "a copy offer is one cache line");
+
+// copyClaims: the offer's sequence in the high 32 bits (a claim made against an older offer fails), the next
+// unclaimed block in the low 32.
+inline uint64_t copyClaimsTag(uint64_t sequence) { return (sequence & 0xffffffffull) << 32; }
+
 struct SegmentHeader {
   // Written by the receiver before kReady, read-only afterwards.
   uint64_t magic;
@@ -97,6 +117,11 @@ struct SegmentHeader {
   // Rung by the sender when it publishes slots (and closes), by the receiver when it releases them.
   Doorbell receiverBell;
   Doorbell senderBell;
+  // The copy the receiver shares with the sender (CopyOffer). The receiver resets the counters, then publishes
+  // the offer; it completes the message once every block is claimed and copyBlocksBySender covers the sender's.
+  CopyOffer copyOffer;
+  alignas(kAlign) std::atomic<uint64_t> copyClaims;
+  alignas(kAlign) std::atomic<uint64_t> copyBlocksBySender;  // blocks of the current offer the sender has copied
 };
 
 inline size_t alignUp(size_t value, size_t alignment) { return (value + alignment - 1) / alignment * alignment; }
