@@ -309,7 +309,7 @@ TEST_CASE("GPU protocols: LL up to the threshold, Simple above, within NCCL_PROT
                        Catch::Contains("Simple"));
 }
 
-TEST_CASE("memory-path rows: two ranks on one host keep recursive doubling to 8 MiB, others and sockets keep the ring") {
+TEST_CASE("memory-path rows: two ranks on one host keep recursive doubling to 8 MiB, broadcast keeps the tree to 64 MiB, sockets keep the ring") {
   SelectionTable table = SelectionTable::defaults();
   CHECK(table.choose(Collective::AllReduce, 1 << 20, 2) == Algorithm::Ring);  // without them (sockets)
   table.prependRows(memoryPathRows());
@@ -320,6 +320,12 @@ TEST_CASE("memory-path rows: two ranks on one host keep recursive doubling to 8 
   CHECK(table.choose(Collective::AllReduce, 1 << 20, 4) == Algorithm::HalvingDoubling);
   CHECK(table.choose(Collective::AllReduce, 1 << 20, 2, 2) != Algorithm::RecursiveDoubling);  // two hosts
   CHECK(table.choose(Collective::AllGather, 1 << 20, 2) == Algorithm::Ring);
+  // Broadcast on 3+ ranks keeps the tree to 64 MiB, on one host only.
+  for (int ranks : {3, 4, 8, 17})
+    for (uint64_t bytes : {uint64_t{32} << 10, uint64_t{1} << 20, (uint64_t{64} << 20) - 1})
+      CHECK(table.choose(Collective::Broadcast, bytes, ranks) == Algorithm::Tree);
+  CHECK(table.choose(Collective::Broadcast, uint64_t{64} << 20, 4) == Algorithm::Ring);
+  CHECK(table.choose(Collective::Broadcast, 1 << 20, 4, 2) == Algorithm::Ring);  // two hosts
   // NCCL_ALGO still rules.
   table.setFilter(AlgorithmFilter::parse("allreduce:ring"));
   CHECK(table.choose(Collective::AllReduce, 1 << 20, 2) == Algorithm::Ring);
