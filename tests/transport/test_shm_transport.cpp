@@ -230,6 +230,27 @@ void writeJunkSegment(const std::string& name) {
   ::close(fd);
 }
 
+// A sender's two shared allocations (ncclMemAlloc) for mirrored sends: `source` holds `content`, randomBytes(bytes,
+// seed); `mirror` is 0xA5 throughout. Freed on scope exit.
+struct MirroredSendBuffers {
+  MirroredSendBuffers(size_t bytes, uint64_t seed)
+      : source(static_cast<unsigned char*>(allocateShared(bytes))),
+        mirror(static_cast<unsigned char*>(allocateShared(bytes))),
+        content(randomBytes(bytes, seed)) {
+    std::memcpy(source, content.data(), bytes);
+    std::memset(mirror, 0xA5, bytes);
+  }
+  ~MirroredSendBuffers() {
+    freeShared(source);
+    freeShared(mirror);
+  }
+  MirroredSendBuffers(const MirroredSendBuffers&) = delete;
+  MirroredSendBuffers& operator=(const MirroredSendBuffers&) = delete;
+  unsigned char* const source;
+  unsigned char* const mirror;
+  const std::vector<unsigned char> content;
+};
+
 // Settings that shape the tests: a small FIFO (4 descriptors, a 16 KiB ring in fragments of up to 4 KiB)
 // so that messages larger than the FIFO stay below the CMA threshold.
 struct SmallFifo {
@@ -1091,31 +1112,25 @@ TEST_CASE("shm mirrored sends: the receiver also writes the bytes into the sende
   const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
     auto transport = makeShmTransport({hash, 0, 1, 2}, self);
     auto connection = transport->connect(peer, 0);
-    auto* source = static_cast<unsigned char*>(allocateShared(arena));
-    auto* mirror = static_cast<unsigned char*>(allocateShared(arena));
-    const auto content = randomBytes(arena, seed);
-    std::memcpy(source, content.data(), arena);
-    std::memset(mirror, 0xA5, arena);
+    const MirroredSendBuffers buffers(arena, seed);
     std::vector<unsigned char> privateBuffer(65536);
     // Any disjoint ranges can be mirrored (who writes the mirror is decided at publish); overlapping ones cannot.
     pollUntil({connection.get()}, [&] { return shmConnectionStats(*connection).established; });
-    childCheck(connection->canMirror(privateBuffer.data(), mirror, 65536, 65536), "cannot mirror from a private buffer");
-    childCheck(!connection->canMirror(source, source + 4096, 65536, 65536), "mirrored onto the source itself");
-    childCheck(!connection->canMirror(source + 4096, source, 65536, 65536), "mirrored onto the source itself");
-    childCheck(!connection->canMirror(source, mirror, 0, 0), "mirrored an empty range");
+    childCheck(connection->canMirror(privateBuffer.data(), buffers.mirror, 65536, 65536), "cannot mirror from a private buffer");
+    childCheck(!connection->canMirror(buffers.source, buffers.source + 4096, 65536, 65536), "mirrored onto the source itself");
+    childCheck(!connection->canMirror(buffers.source + 4096, buffers.source, 65536, 65536), "mirrored onto the source itself");
+    childCheck(!connection->canMirror(buffers.source, buffers.mirror, 0, 0), "mirrored an empty range");
     Ticket last = 0;
     for (const Piece& p : pieces) {
-      childCheck(connection->canMirror(source + p.offset, mirror + p.mirrorOffset, p.bytes, p.bytes), "cannot mirror a piece");
-      last = connection->postSendMirrored(source + p.offset, mirror + p.mirrorOffset, p.bytes);
+      childCheck(connection->canMirror(buffers.source + p.offset, buffers.mirror + p.mirrorOffset, p.bytes, p.bytes), "cannot mirror a piece");
+      last = connection->postSendMirrored(buffers.source + p.offset, buffers.mirror + p.mirrorOffset, p.bytes);
     }
     pollUntil({connection.get()}, [&] { return connection->sendsCompleted() == last; });
     // Pieces are checked in order; a later piece may overwrite an earlier one's mirror, as the expected image does.
     std::vector<unsigned char> expected(arena, 0xA5);
-    for (const Piece& p : pieces) std::memcpy(expected.data() + p.mirrorOffset, content.data() + p.offset, p.bytes);
-    childCheck(std::memcmp(mirror, expected.data(), arena) == 0, "the mirror does not hold the sent bytes (or more was written)");
+    for (const Piece& p : pieces) std::memcpy(expected.data() + p.mirrorOffset, buffers.content.data() + p.offset, p.bytes);
+    childCheck(std::memcmp(buffers.mirror, expected.data(), arena) == 0, "the mirror does not hold the sent bytes (or more was written)");
     childCheck(shmConnectionStats(*connection).senderMirroredMessages == 0, "the sender wrote mirrors the receiver could have");
-    freeShared(source);
-    freeShared(mirror);
   });
   auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()));
   auto connection = transport->connect(processPeer(1, child.pid), 0);
@@ -1273,15 +1288,11 @@ TEST_CASE("shm large zero-copy messages into a shared buffer are copied by both 
   const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
     auto transport = makeShmTransport({hash, 0, 1, 2}, self);
     auto connection = transport->connect(peer, 0);
-    auto* source = static_cast<unsigned char*>(allocateShared(arena));
-    auto* mirror = static_cast<unsigned char*>(allocateShared(arena));
-    const auto content = randomBytes(arena, seed);
-    std::memcpy(source, content.data(), arena);
-    std::memset(mirror, 0xA5, arena);
+    const MirroredSendBuffers buffers(arena, seed);
     Ticket last = 0;
     for (size_t i = 0; i < sizes.size(); ++i)
-      last = mode == kMirrored ? connection->postSendMirrored(source + at[i], mirror + at[i], sizes[i])
-                               : connection->postSend(source + at[i], sizes[i]);
+      last = mode == kMirrored ? connection->postSendMirrored(buffers.source + at[i], buffers.mirror + at[i], sizes[i])
+                               : connection->postSend(buffers.source + at[i], sizes[i]);
     const auto deadline = std::chrono::steady_clock::now() + 60s;
     while (connection->sendsCompleted() != last) {  // as an idle engine: progress, then help
       connection->progress();
@@ -1290,14 +1301,12 @@ TEST_CASE("shm large zero-copy messages into a shared buffer are copied by both 
     }
     std::vector<unsigned char> expected(arena, 0xA5);
     if (mode == kMirrored)
-      for (size_t i = 0; i < sizes.size(); ++i) std::memcpy(expected.data() + at[i], content.data() + at[i], sizes[i]);
-    childCheck(std::memcmp(mirror, expected.data(), arena) == 0, "the mirror does not hold exactly the sent bytes");
-    childCheck(std::memcmp(source, content.data(), arena) == 0, "the source changed");
+      for (size_t i = 0; i < sizes.size(); ++i) std::memcpy(expected.data() + at[i], buffers.content.data() + at[i], sizes[i]);
+    childCheck(std::memcmp(buffers.mirror, expected.data(), arena) == 0, "the mirror does not hold exactly the sent bytes");
+    childCheck(std::memcmp(buffers.source, buffers.content.data(), arena) == 0, "the source changed");
     const ShmConnectionStats stats = shmConnectionStats(*connection);
     if (mode == kPrivateDestination || mode == kDisabled)
       childCheck(stats.blocksCopiedForReceiver == 0, "the sender copied blocks nobody offered");
-    freeShared(source);
-    freeShared(mirror);
   });
   auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()));
   auto connection = transport->connect(processPeer(1, child.pid), 0);
