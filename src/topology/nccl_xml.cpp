@@ -265,7 +265,8 @@ std::string hex(uint32_t value, int digits) {
 
 class NcclXmlWriter {
  public:
-  explicit NcclXmlWriter(const Topology& topo) : topo_(topo), visited_(topo.vertexCount(), false) {}
+  explicit NcclXmlWriter(const Topology& topo)
+      : topo_(topo), visited_(topo.vertexCount(), false), switchTarget_(busIdNoVertexHas(topo)) {}
 
   std::string write() {
     pugi::xml_document doc;
@@ -291,6 +292,22 @@ class NcclXmlWriter {
  private:
   const Topology& topo_;
   std::vector<bool> visited_;
+  // The <nvlink target> of an NVSwitch without a bus id. The reader drops a link whose target is the GPU's own bus id
+  // (vendor files point GPUs at themselves), so a fixed "ffff:ff:ff.0" lost the links of a GPU with that bus id
+  // (fuzzer finding); this one belongs to no vertex.
+  std::string switchTarget_;
+
+  static std::string busIdNoVertexHas(const Topology& topo) {
+    std::set<std::string> used;
+    for (VertexId id = 0; id < topo.vertexCount(); ++id) used.insert(normalizeBusId(topo.vertex(id).busId));
+    for (int device = 0xff; device >= 0; --device)
+      for (int function = 0; function < 8; ++function) {
+        char text[16];
+        std::snprintf(text, sizeof(text), "ffff:ff:%02x.%x", device, function);
+        if (used.count(text) == 0) return text;
+      }
+    return "ffff:ff:ff.0";  // 2048 bus ids in use: beyond any machine
+  }
 
   void writeChildren(pugi::xml_node parentNode, VertexId parent) {
     std::vector<const Link*> down;
@@ -348,7 +365,7 @@ class NcclXmlWriter {
       if (l->kind != LinkKind::NvLink) continue;
       pugi::xml_node nv = gpu.append_child("nvlink");
       uint32_t tclass = peer.kind == VertexKind::Gpu ? kClassGpu : peer.kind == VertexKind::Cpu ? kClassCpu : kClassNvSwitch;
-      nv.append_attribute("target") = peer.busId.empty() ? "ffff:ff:ff.0" : peer.busId.c_str();
+      nv.append_attribute("target") = peer.busId.empty() ? switchTarget_.c_str() : peer.busId.c_str();
       nv.append_attribute("count") = l->nvlinkCount;
       nv.append_attribute("tclass") = hex(tclass, 6).c_str();
     }

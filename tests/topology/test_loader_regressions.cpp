@@ -86,6 +86,27 @@ TEST_CASE("regressions: a NIC without a <net> keeps no name through an NCCL XML 
   CHECK(again.fingerprint() == first.fingerprint());
 }
 
+TEST_CASE("regressions: a GPU whose bus id is ffff:ff:ff.0 keeps its NVSwitch links through an NCCL XML round trip",
+          "[regression]") {
+  // Fuzzer finding: the writer named every bus-id-less NVSwitch "ffff:ff:ff.0", which the reader takes, for a GPU of
+  // that bus id, as a link to itself, and drops.
+  const auto gpuAt = [](const std::string& busId, int dev) {
+    return "  <pci busid=\"" + busId + "\" class=\"0x030200\" link_speed=\"16 GT/s\" link_width=\"16\">\n" +
+           "   <gpu dev=\"" + std::to_string(dev) + "\" sm=\"80\" rank=\"" + std::to_string(dev) + "\" gdr=\"1\">\n" +
+           "    <nvlink target=\"0000:c0:00.0\" count=\"6\" tclass=\"0x068000\"/>\n   </gpu>\n  </pci>\n";
+  };
+  const std::string xml = "<system version=\"1\">\n <cpu numaid=\"0\" affinity=\"ff\" arch=\"x86_64\">\n" +
+                          gpuAt("ffff:ff:ff.0", 0) + gpuAt("ffff:ff:fe.0", 1) + " </cpu>\n</system>\n";
+  const Topology first = parseNcclXml(xml, "gpu-at-ffff.xml");
+  REQUIRE(first.count(VertexKind::NvSwitch) == 1);
+  REQUIRE(first.links().size() > 0);
+  const std::string rewritten = writeNcclXml(first);
+  CHECK_THAT(rewritten, !Catch::Contains("target=\"ffff:ff:ff.0\"") && !Catch::Contains("target=\"ffff:ff:fe.0\""));
+  const Topology again = parseNcclXml(rewritten, "rewritten.xml");
+  CHECK(again.count(VertexKind::NvSwitch) == 1);
+  CHECK(again.fingerprint() == first.fingerprint());
+}
+
 TEST_CASE("regressions: an NVLink to the CPU a GPU hangs from by PCIe is refused with its line", "[regression]") {
   // Fuzzer finding (via a JSON graph written as NCCL XML): the reader threw "duplicate link" naming no file.
   const std::string xml = "<system version=\"1\">\n <cpu numaid=\"0\" affinity=\"ff\" arch=\"ppc64\">\n"
