@@ -238,8 +238,11 @@ class NcclXmlReader {
         auto reverse = counts.find({peer, gpu});
         if (reverse != counts.end()) count = std::max(count, reverse->second);
       }
-      Link l{.kind = LinkKind::NvLink, .nvlinkCount = count, .nvlinkGeneration = nvlinkGenerationForSm(g.sm)};
-      l.bandwidthGBs = count * nvlinkBandwidthPerLinkGBs(g.sm);
+      // Both ends of a GPU pair give the link the same generation, whichever lists it first: the larger SM, so a GPU
+      // whose sm is missing (0) takes its peer's (fuzzer finding: the rewritten file listed the pair the other way).
+      const int sm = topo_.vertex(peer).kind == VertexKind::Gpu ? std::max(g.sm, topo_.vertex(peer).sm) : g.sm;
+      Link l{.kind = LinkKind::NvLink, .nvlinkCount = count, .nvlinkGeneration = nvlinkGenerationForSm(sm)};
+      l.bandwidthGBs = count * nvlinkBandwidthPerLinkGBs(sm);
       // The model holds one link per pair: a GPU hanging from its CPU by PCIe cannot also have an NVLink to it.
       if (topo_.linkBetween(gpu, peer))
         throwParseError(source_, lineOf.at(pair),

@@ -107,6 +107,29 @@ TEST_CASE("regressions: a GPU whose bus id is ffff:ff:ff.0 keeps its NVSwitch li
   CHECK(again.fingerprint() == first.fingerprint());
 }
 
+TEST_CASE("regressions: an NVLink between GPUs of different sm gets one generation, whichever GPU lists it",
+          "[regression]") {
+  // Fuzzer finding: a GPU whose sm attribute was mangled (sm 0) gave its link generation 0 when it listed the link
+  // first, and the rewritten file, listing the pair the other way, gave generation 3.
+  const auto gpuAt = [](const std::string& busId, int dev, const std::string& sm, const std::string& target) {
+    return "  <pci busid=\"" + busId + "\" class=\"0x030200\" link_speed=\"16 GT/s\" link_width=\"16\">\n" +
+           "   <gpu dev=\"" + std::to_string(dev) + "\" " + sm + " rank=\"" + std::to_string(dev) + "\" gdr=\"1\">\n" +
+           "    <nvlink target=\"" + target + "\" count=\"12\" tclass=\"0x030200\"/>\n   </gpu>\n  </pci>\n";
+  };
+  for (bool unknownFirst : {true, false}) {
+    INFO((unknownFirst ? "the GPU without sm listed first" : "the GPU with sm 80 listed first"));
+    const std::string a = gpuAt("0000:02:00.0", 0, "m=\"s80\"", "0000:03:00.0");
+    const std::string b = gpuAt("0000:03:00.0", 1, "sm=\"80\"", "0000:02:00.0");
+    const std::string xml = "<system version=\"1\">\n <cpu numaid=\"0\" affinity=\"ff\" arch=\"x86_64\">\n" +
+                            (unknownFirst ? a + b : b + a) + " </cpu>\n</system>\n";
+    const Topology first = parseNcclXml(xml, "mixed-sm.xml");
+    const Link* link = first.linkBetween(*first.findByBusId("0000:02:00.0"), *first.findByBusId("0000:03:00.0"));
+    REQUIRE(link != nullptr);
+    CHECK(link->nvlinkGeneration == 3);  // sm 80: NVLink 3
+    CHECK(parseNcclXml(writeNcclXml(first), "rewritten.xml").fingerprint() == first.fingerprint());
+  }
+}
+
 TEST_CASE("regressions: an NVLink to the CPU a GPU hangs from by PCIe is refused with its line", "[regression]") {
   // Fuzzer finding (via a JSON graph written as NCCL XML): the reader threw "duplicate link" naming no file.
   const std::string xml = "<system version=\"1\">\n <cpu numaid=\"0\" affinity=\"ff\" arch=\"ppc64\">\n"
