@@ -591,29 +591,12 @@ SynthResult synthesizeAllToAll(const CostModel& model, uint64_t bytes, const Syn
     throwInvalidArgument("synthesizer: chunks per rank must satisfy 1 <= min <= max");
   }
   SynthResult result;
-  bool have = false;
   const auto consider = [&](Plan plan, const std::string& family, const std::string& strategy, uint32_t C, int hops) {
     const double time = simulate(plan, bytes, model, options.sim).finishUs;
-    ++result.candidates;
-    auto fam = std::find_if(result.families.begin(), result.families.end(),
-                            [&](const FamilyTime& f) { return f.family == family; });
-    if (fam == result.families.end()) {
-      result.families.push_back({family, time});
-    } else {
-      fam->timeUs = std::min(fam->timeUs, time);
-    }
-    if (!have || time < result.timeUs) {
-      have = true;
-      result.plan = std::move(plan);
-      result.timeUs = time;
-      result.family = family;
-      result.strategy = strategy;
-      result.chunksPerRank = C;
-      result.maxHops = hops;
-    }
+    result.consider(std::move(plan), time, family, strategy, C, hops);
   };
   const auto outOfTime = [&] {
-    if (have && elapsed() > options.budgetSeconds) {
+    if (result.hasCandidate && elapsed() > options.budgetSeconds) {
       result.budgetExhausted = true;
       return true;
     }

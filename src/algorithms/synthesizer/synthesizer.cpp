@@ -597,6 +597,22 @@ Plan lowerTrees(Collective c, const std::vector<Tree>& trees, uint32_t chunksPer
   return std::move(plan);
 }
 
+void SynthResult::consider(Plan candidate, double time, const std::string& familyName, const std::string& strategyName,
+                           uint32_t C, int hops) {
+  ++candidates;
+  auto fam = std::find_if(families.begin(), families.end(), [&](const FamilyTime& f) { return f.family == familyName; });
+  if (fam == families.end()) families.push_back({familyName, time});
+  else fam->timeUs = std::min(fam->timeUs, time);
+  if (hasCandidate && time >= timeUs) return;
+  hasCandidate = true;
+  plan = std::move(candidate);
+  timeUs = time;
+  family = familyName;
+  strategy = strategyName;
+  chunksPerRank = C;
+  maxHops = hops;
+}
+
 SynthResult synthesize(const CostModel& model, Collective c, uint64_t bytes, const SynthOptions& requested) {
   const SynthOptions options = applySketch(requested);  // sketch.cpp: chunks, budget, MILP time, contiguity
   if (c == Collective::AllToAll) return synthesizeAllToAll(model, bytes, options);  // alltoall.cpp
@@ -621,32 +637,15 @@ SynthResult synthesize(const CostModel& model, Collective c, uint64_t bytes, con
     return result;
   }
 
-  bool have = false;
   const auto consider = [&](Plan plan, const std::string& family, const std::string& strategy, uint32_t C, int hops) {
     const double time = simulate(plan, bytes, model, options.sim).finishUs;
-    ++result.candidates;
-    auto fam = std::find_if(result.families.begin(), result.families.end(),
-                            [&](const FamilyTime& f) { return f.family == family; });
-    if (fam == result.families.end()) {
-      result.families.push_back({family, time});
-    } else {
-      fam->timeUs = std::min(fam->timeUs, time);
-    }
-    if (!have || time < result.timeUs) {
-      have = true;
-      result.plan = std::move(plan);
-      result.timeUs = time;
-      result.family = family;
-      result.strategy = strategy;
-      result.chunksPerRank = C;
-      result.maxHops = hops;
-    }
+    result.consider(std::move(plan), time, family, strategy, C, hops);
     return time;
   };
   double slowestCandidate = 0;  // seconds: one candidate's lowering + simulation (grows with C and N)
   const auto outOfTime = [&] {
     // Stops before a candidate that would likely end past the budget (64 ranks: one takes tens of seconds).
-    if (have && elapsed() + slowestCandidate > options.budgetSeconds) {
+    if (result.hasCandidate && elapsed() + slowestCandidate > options.budgetSeconds) {
       result.budgetExhausted = true;
       return true;
     }
@@ -738,7 +737,7 @@ SynthResult synthesize(const CostModel& model, Collective c, uint64_t bytes, con
     for (Candidate& cand : candidates) {
       const bool wanted = !options.sketch || options.sketch->wantsFamily(cand.family);
       if (!wanted && !wantMilp) continue;
-      if (have && elapsed() + slowestBuild + slowestCandidate > options.budgetSeconds) {
+      if (result.hasCandidate && elapsed() + slowestBuild + slowestCandidate > options.budgetSeconds) {
         result.budgetExhausted = true;
         break;
       }
@@ -767,7 +766,7 @@ SynthResult synthesize(const CostModel& model, Collective c, uint64_t bytes, con
       }
     }
   }
-  if (options.contiguity && have) {  // contiguity.cpp
+  if (options.contiguity && result.hasCandidate) {  // contiguity.cpp
     applyContiguity(result, model, bytes, options, options.budgetSeconds - elapsed());
   }
   result.plan.predictedMicros = result.timeUs;

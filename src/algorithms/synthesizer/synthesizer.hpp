@@ -66,6 +66,10 @@ struct SynthResult {
   std::vector<FamilyTime> families;  // best time per family, in first-tried order
   int contiguityMerges = 0;          // sends merged by the contiguity post-pass (0: not applied or not faster)
   double beforeContiguityUs = 0;     // the winner's time before it
+  bool hasCandidate = false;         // consider() kept one
+
+  // Counts a simulated candidate, lowers its family's best time, and keeps it when it is the fastest so far.
+  void consider(Plan candidate, double time, const std::string& family, const std::string& strategy, uint32_t C, int hops);
 };
 
 // One broadcast tree of a source chunk: parent[v] sends the chunk to v; parent[source] = -1.
