@@ -79,6 +79,13 @@ inline const Param<int64_t> kStreamingStoresBytes{
 inline const Param<bool> kBulkCopy{"TOPOCCL_BULK_COPY", true,
                                   "Copies inside the caches use the CPU's string copy (x86-64 rep movsb, on CPUs with ERMS) "
                                   "from 4 KiB, instead of memcpy"};
+inline const Param<std::string> kTraceFile{"TOPOCCL_TRACE_FILE", "",
+                                          "Writes what each rank's collectives did, every call and every step of every lane "
+                                          "as a span, as a Chrome trace (chrome://tracing, ui.perfetto.dev) to this path when "
+                                          "the communicator is destroyed; %r is the rank, %p the process id, %h the host"};
+inline const Param<int64_t> kTraceSpans{"TOPOCCL_TRACE_SPANS", 262144,
+                                        "Spans TOPOCCL_TRACE_FILE keeps per communicator (about 48 bytes each, allocated "
+                                        "at creation); later ones are counted as dropped"};
 inline const Param<bool> kCommBlocking{"NCCL_COMM_BLOCKING", true, "Overrides ncclConfig_t.blocking"};
 
 // The GPU path (collectives on GPU buffers, CUDA builds).

@@ -437,6 +437,11 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
   }
   if (log::enabled(log::Level::Info, log::kTuning))
     TOPOCCL_INFO(log::kTuning, "selection table:\n%s", selection_->describe().c_str());
+  if (!params::kTraceFile.get().empty()) {
+    const int64_t spans = params::kTraceSpans.get();
+    if (spans < 1) throwInvalidArgument(std::string(params::kTraceSpans.name()) + "=" + std::to_string(spans) + " must be at least 1");
+    trace_ = std::make_unique<ExecutionTrace>(rank_, nranks_, static_cast<size_t>(spans));
+  }
   engine_ = std::thread([this] { progressLoop(); });
 }
 
@@ -527,6 +532,18 @@ Communicator::~Communicator() {
   }
   queueChanged_.notify_all();
   if (engine_.joinable()) engine_.join();
+  if (trace_) {
+    try {
+      const std::string path = trace_->write(params::kTraceFile.get());
+      TOPOCCL_INFO(log::kInit, "rank %d: trace of %zu spans written to %s%s", rank_, trace_->spans(), path.c_str(),
+                   trace_->dropped() ? (" (" + std::to_string(trace_->dropped()) + " dropped: raise TOPOCCL_TRACE_SPANS)").c_str() : "");
+      if (trace_->dropped())
+        TOPOCCL_WARN("rank %d: the trace kept %zu spans and dropped %llu; raise %s to keep them all", rank_, trace_->spans(),
+                     static_cast<unsigned long long>(trace_->dropped()), params::kTraceSpans.name());
+    } catch (const std::exception& e) {
+      TOPOCCL_WARN("rank %d: %s", rank_, e.what());  // a destructor reports, never throws
+    }
+  }
   gpuStagingForAbort_.store(nullptr);
   gpuStaging_.reset();  // after the engine: its last jobs released their waiting kernels
 }
@@ -1106,6 +1123,7 @@ std::unique_ptr<Execution> Communicator::buildCollective(const CollectiveArgs& a
   auto execution = std::make_unique<Execution>(std::move(name), std::move(lanes), reduce, elem, sliceBytes_, &staging_, slicesPerStep_);
   // Not where ranks reduce: there the copies are the all-gather half, and the reduced chunks they copy are
   // still in cache (2-rank all-reduce at 32-256 MiB took 1.04-1.15x longer with them).
+  execution->setTrace(trace_.get());
   if (reduce == nullptr && footprint >= streamingThreshold_) execution->setCopy(&kernels::streamingCopy);
   else if (bulkCopy_) execution->setCopy(&kernels::bulkCopy);
   return execution;
@@ -1157,7 +1175,9 @@ std::unique_ptr<Execution> Communicator::buildPointToPoint(const std::vector<con
     lanes.push_back(std::move(lane));
   }
   if (lanes.empty()) return nullptr;
-  return std::make_unique<Execution>("send/recv", std::move(lanes), nullptr, 1, sliceBytes_, nullptr, slicesPerStep_);
+  auto execution = std::make_unique<Execution>("send/recv", std::move(lanes), nullptr, 1, sliceBytes_, nullptr, slicesPerStep_);
+  execution->setTrace(trace_.get());
+  return execution;
 }
 
 bool Communicator::armDoorbells(Execution* collective, Execution* pointToPoint) {

@@ -24,6 +24,7 @@
 #include "algorithms/selection.hpp"
 #include "bootstrap/bootstrap.hpp"
 #include "common/datatype.hpp"
+#include "core/execution_trace.hpp"
 #include "core/gpu_path.hpp"
 #include "core/host_arena.hpp"
 #include "core/work.hpp"
@@ -258,6 +259,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::vector<const CollectiveArgs*> groupCollectives_;
   std::vector<std::function<void()>> groupAfter_;
   bool sharesCores_ = false;  // other ranks may run on this rank's cores (topo::sharesCores)
+  std::unique_ptr<ExecutionTrace> trace_;  // TOPOCCL_TRACE_FILE; null when not set
   int boundCpu_ = -1;         // the CPU this rank bound itself to (TOPOCCL_BIND_OVERSUBSCRIBED), or -1
   // Idle polls before the progress loop yields its core: many when the rank has its cores to itself (a yield
   // is a syscall, and the peer is about to answer), few when it shares them.

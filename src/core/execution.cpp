@@ -77,7 +77,7 @@ void Execution::reset() {
     for (auto& bytes : mirroredBytes_) std::fill(bytes.begin(), bytes.end(), 0);
   inFlight_.clear();
   unflushed_ = 0;
-  moved_ = finished_ = posted_ = false;
+  moved_ = finished_ = posted_ = traceStarted_ = false;
   if (hasStaging_) placeStaging();  // another execution may have grown the shared arena
 }
 
@@ -134,13 +134,21 @@ void Execution::startStep(size_t laneIndex) {
   LaneState& state = states_[laneIndex];
   const ResolvedStep& step = lanes_[laneIndex].steps[state.step];
   state.stepStarted = true;
+  if (trace_) state.stepStart = std::chrono::steady_clock::now();
   state.sliceBytes = step.sliceBytes;
   state.slices = step.slices;
   state.slicesPosted = 0;
   state.slicesDone = 0;
 }
 
-void Execution::finishStep(LaneState& state) {
+void Execution::finishStep(size_t laneIndex) {
+  LaneState& state = states_[laneIndex];
+  if (trace_) {
+    const ResolvedLane& lane = lanes_[laneIndex];
+    const ResolvedStep& step = lane.steps[state.step];
+    trace_->stepDone(traceCall_, static_cast<uint32_t>(laneIndex), static_cast<uint32_t>(state.step), step.kind, step.bytes,
+                     lane.sendConn ? lane.sendConn->peer() : -1, lane.recvConn ? lane.recvConn->peer() : -1, state.stepStart);
+  }
   ++state.step;
   state.stepStarted = false;
   moved_ = true;
@@ -271,7 +279,7 @@ bool Execution::advanceLane(size_t laneIndex) {
         if (!pumpReceives(laneIndex)) return false;
         break;
     }
-    finishStep(state);
+    finishStep(laneIndex);
   }
   return true;
 }
@@ -279,6 +287,10 @@ bool Execution::advanceLane(size_t laneIndex) {
 bool Execution::progress() {
   if (finished_) return true;
   moved_ = false;
+  if (trace_ && !traceStarted_) {
+    traceCall_ = trace_->callBegin(operation_);
+    traceStarted_ = true;
+  }
   size_t lane = lanes_.size();  // which lane was advancing, for the error context
   try {
     // Until this run posts something, the connections hold nothing of it (the run before finished every send
@@ -327,6 +339,7 @@ bool Execution::progress() {
   if (!inFlight_.empty()) return false;
   finished_ = true;
   moved_ = true;
+  if (trace_) trace_->callDone(traceCall_);
   return true;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "algorithms/plan.hpp"
+#include "core/execution_trace.hpp"
 #include "core/host_arena.hpp"
 #include "kernels/host_reduce.hpp"
 #include "transport/transport.hpp"
@@ -101,6 +102,8 @@ class Execution {
   bool armDoorbells(std::vector<transport::ArmedDoorbell>& armed);
   // Lets the connections do work for their peers while this run waits (Connection::helpPeer); whether any did.
   bool helpPeers();
+  // Records this run's call and steps in `trace` (null: none), from its next run on.
+  void setTrace(ExecutionTrace* trace) { trace_ = trace; }
 
  private:
   static constexpr size_t kWindow = 4;  // receive slices in flight per lane
@@ -125,6 +128,7 @@ class Execution {
     std::array<bool, kWindow> bounced{};                    // slice i landed in bounce slot [i % kWindow]
     uint64_t sendBit = 0;     // the lane's connections in unflushed_ (set once)
     uint64_t recvBit = 0;
+    std::chrono::steady_clock::time_point stepStart{};  // traced runs only
   };
 
   bool advanceLane(size_t laneIndex);
@@ -134,7 +138,7 @@ class Execution {
   bool writeHazard(const char* begin, const char* end) { return !inFlight_.empty() && readByPendingSend(begin, end); }
   bool readByPendingSend(const char* begin, const char* end);
   void startStep(size_t laneIndex);
-  void finishStep(LaneState& state);
+  void finishStep(size_t laneIndex);
   void postSend(const LaneState& state, transport::Connection* conn, const char* data, size_t bytes, char* mirror = nullptr);
   void flushPosted();  // progresses the connections in unflushed_
   bool pumpReceives(size_t laneIndex);
@@ -146,6 +150,9 @@ class Execution {
   std::vector<ResolvedLane> lanes_;
   std::vector<LaneState> states_;
   std::vector<transport::Connection*> connections_;
+  ExecutionTrace* trace_ = nullptr;
+  uint32_t traceCall_ = 0;
+  bool traceStarted_ = false;
   std::vector<InFlightSend> inFlight_;
   uint64_t unflushed_ = 0;  // connections_ (bit i: [i]) posted to since they last progressed
   // RecvReduceSend results, one region per such step: receives never wait for a send to finish,
