@@ -82,7 +82,8 @@ inline const Param<bool> kBulkCopy{"TOPOCCL_BULK_COPY", true,
 inline const Param<std::string> kTraceFile{"TOPOCCL_TRACE_FILE", "",
                                           "Writes what each rank's collectives did, every call and every step of every lane "
                                           "as a span, as a Chrome trace (chrome://tracing, ui.perfetto.dev) to this path when "
-                                          "the communicator is destroyed; %r is the rank, %p the process id, %h the host"};
+                                          "the communicator is destroyed; %r is the rank, %c the communicator (hex), %p the "
+                                          "process id, %h the host"};
 inline const Param<int64_t> kTraceSpans{"TOPOCCL_TRACE_SPANS", 262144,
                                         "Spans TOPOCCL_TRACE_FILE keeps per communicator (about 48 bytes each, allocated "
                                         "at creation); later ones are counted as dropped"};

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -32,7 +33,8 @@ double micros(int64_t ns) { return static_cast<double>(ns) / 1000.0; }
 
 }  // namespace
 
-ExecutionTrace::ExecutionTrace(int rank, int nranks, size_t capacity) : rank_(rank), nranks_(nranks), capacity_(capacity) {
+ExecutionTrace::ExecutionTrace(int rank, int nranks, uint64_t commHash, size_t capacity)
+    : rank_(rank), nranks_(nranks), commHash_(commHash), capacity_(capacity) {
   spans_.reserve(capacity_);
 }
 
@@ -103,7 +105,7 @@ std::string ExecutionTrace::toJson() const {
   }
   json doc = {{"traceEvents", std::move(events)},
               {"displayTimeUnit", "ns"},
-              {"otherData", {{"rank", rank_}, {"nranks", nranks_}, {"calls", calls_.size()}, {"spans", spans_.size()},
+              {"otherData", {{"rank", rank_}, {"nranks", nranks_}, {"comm", commHash_}, {"calls", calls_.size()}, {"spans", spans_.size()},
                              {"dropped", dropped_}, {"clock", "steady_clock (CLOCK_MONOTONIC): ranks of one host share it"}}}};
   return doc.dump();
 }
@@ -116,6 +118,12 @@ std::string ExecutionTrace::write(const std::string& pattern) const {
     if (pattern[i] == '%' && i + 1 < pattern.size() && pattern[i + 1] == 'r') { path += std::to_string(rank_); ++i; }
     else if (pattern[i] == '%' && i + 1 < pattern.size() && pattern[i + 1] == 'p') { path += std::to_string(getpid()); ++i; }
     else if (pattern[i] == '%' && i + 1 < pattern.size() && pattern[i + 1] == 'h') { path += host; ++i; }
+    else if (pattern[i] == '%' && i + 1 < pattern.size() && pattern[i + 1] == 'c') {
+      char hex[17];
+      std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(commHash_));
+      path += hex;
+      ++i;
+    }
     else path += pattern[i];
   }
   std::ofstream out(path, std::ios::trunc);

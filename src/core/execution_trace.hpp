@@ -19,7 +19,7 @@ class ExecutionTrace {
   using Clock = std::chrono::steady_clock;
 
   // Up to `capacity` spans are kept (allocated here, once); later ones are counted as dropped.
-  ExecutionTrace(int rank, int nranks, size_t capacity);
+  ExecutionTrace(int rank, int nranks, uint64_t commHash, size_t capacity);
 
   // A call starts: returns its id for stepDone and callDone.
   uint32_t callBegin(const std::string& operation);
@@ -33,7 +33,8 @@ class ExecutionTrace {
 
   // The trace as a Chrome trace JSON document.
   std::string toJson() const;
-  // Writes it to `pattern` with %r the rank, %p the process id and %h the host name; returns the path. Throws
+  // Writes it to `pattern` with %r the rank, %c the communicator (its hash, in hex: a split's files differ from its
+  // parent's), %p the process id and %h the host name; returns the path. Throws
   // topoccl::Error (ncclSystemError) naming the path when it cannot be written.
   std::string write(const std::string& pattern) const;
 
@@ -60,6 +61,7 @@ class ExecutionTrace {
 
   int rank_;
   int nranks_;
+  uint64_t commHash_;
   size_t capacity_;
   std::vector<Span> spans_;
   std::vector<Call> calls_;

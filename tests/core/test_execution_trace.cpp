@@ -205,9 +205,9 @@ TEST_CASE("TOPOCCL_TRACE_SPANS below 1 is refused by name; an unwritable trace p
     const bootstrap::UniqueId id = bootstrap::createUniqueId();
     REQUIRE_THROWS_WITH(core::Communicator::create(id, 1, 0, core::CommOptions{}), Catch::Contains("TOPOCCL_TRACE_SPANS=0"));
   }
-  core::ExecutionTrace trace(0, 1, 4);
+  core::ExecutionTrace trace(0, 1, 0xabcdefull, 4);
   trace.callDone(trace.callBegin("allreduce (ring, 1 x float)"));
-  REQUIRE_THROWS_WITH(trace.write("/nonexistent-dir/trace-%r.json"), Catch::Contains("/nonexistent-dir/trace-0.json"));
+  REQUIRE_THROWS_WITH(trace.write("/nonexistent-dir/trace-%r-%c.json"), Catch::Contains("/nonexistent-dir/trace-0-0000000000abcdef.json"));
   {
     Overrides settings{{"TOPOCCL_TRACE_FILE", "/nonexistent-dir/trace-%r.json"}};
     const bootstrap::UniqueId id = bootstrap::createUniqueId();
