@@ -134,7 +134,7 @@ void Execution::startStep(size_t laneIndex) {
   LaneState& state = states_[laneIndex];
   const ResolvedStep& step = lanes_[laneIndex].steps[state.step];
   state.stepStarted = true;
-  if (trace_) state.stepStart = std::chrono::steady_clock::now();
+  if (trace_) state.stepStart = state.firstSliceAt = std::chrono::steady_clock::now();
   state.sliceBytes = step.sliceBytes;
   state.slices = step.slices;
   state.slicesPosted = 0;
@@ -147,7 +147,8 @@ void Execution::finishStep(size_t laneIndex) {
     const ResolvedLane& lane = lanes_[laneIndex];
     const ResolvedStep& step = lane.steps[state.step];
     trace_->stepDone(traceCall_, static_cast<uint32_t>(laneIndex), static_cast<uint32_t>(state.step), step.kind, step.bytes,
-                     lane.sendConn ? lane.sendConn->peer() : -1, lane.recvConn ? lane.recvConn->peer() : -1, state.stepStart);
+                     lane.sendConn ? lane.sendConn->peer() : -1, lane.recvConn ? lane.recvConn->peer() : -1, state.stepStart,
+                     state.firstSliceAt);
   }
   ++state.step;
   state.stepStarted = false;
@@ -219,6 +220,7 @@ bool Execution::pumpReceives(size_t laneIndex) {
       const char* base = step.kind == StepKind::RecvReduceSend ? stagingOf_[laneIndex][state.step] : step.dst;
       postSend(state, lane.sendConn, base + slice * state.sliceBytes, length);
     }
+    if (trace_ && state.slicesDone == 0) state.firstSliceAt = std::chrono::steady_clock::now();
     ++state.slicesDone;
     moved_ = true;
   }

@@ -128,7 +128,8 @@ class Execution {
     std::array<bool, kWindow> bounced{};                    // slice i landed in bounce slot [i % kWindow]
     uint64_t sendBit = 0;     // the lane's connections in unflushed_ (set once)
     uint64_t recvBit = 0;
-    std::chrono::steady_clock::time_point stepStart{};  // traced runs only
+    std::chrono::steady_clock::time_point stepStart{};     // traced runs only
+    std::chrono::steady_clock::time_point firstSliceAt{};  // a receive's first slice landed (traced runs only)
   };
 
   bool advanceLane(size_t laneIndex);

@@ -54,9 +54,10 @@ void ExecutionTrace::callDone(uint32_t call) {
 }
 
 void ExecutionTrace::stepDone(uint32_t call, uint32_t lane, uint32_t step, algo::StepKind kind, uint64_t bytes, int sendPeer,
-                              int recvPeer, Clock::time_point start) {
+                              int recvPeer, Clock::time_point start, Clock::time_point firstSlice) {
   Span span;
   span.startNs = nanos(start);
+  span.firstSliceNs = nanos(firstSlice);
   span.endNs = nanos(Clock::now());
   span.call = call;
   span.lane = static_cast<int32_t>(lane);
@@ -100,6 +101,8 @@ std::string ExecutionTrace::toJson() const {
       event["tid"] = span.lane + 1;
       event["args"] = {{"call", span.call}, {"operation", operation}, {"lane", span.lane}, {"step", span.step},
                        {"kind", algo::stepKindName(span.kind)}, {"bytes", span.bytes}};
+      // How long a receive waited for its peer before its first slice landed; the rest of it moved data.
+      if (algo::stepReceives(span.kind) && span.bytes > 0) event["args"]["waited_us"] = micros(span.firstSliceNs - span.startNs);
     }
     events.push_back(std::move(event));
   }

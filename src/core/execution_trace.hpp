@@ -24,9 +24,10 @@ class ExecutionTrace {
   // A call starts: returns its id for stepDone and callDone.
   uint32_t callBegin(const std::string& operation);
   void callDone(uint32_t call);
-  // One step of one lane ran from `start` until now.
+  // One step of one lane ran from `start` until now; a receiving step's first slice landed at `firstSlice` (until
+  // then it waited for its peer).
   void stepDone(uint32_t call, uint32_t lane, uint32_t step, algo::StepKind kind, uint64_t bytes, int sendPeer, int recvPeer,
-                Clock::time_point start);
+                Clock::time_point start, Clock::time_point firstSlice);
 
   size_t spans() const { return spans_.size(); }
   uint64_t dropped() const { return dropped_; }
@@ -42,6 +43,7 @@ class ExecutionTrace {
   struct Span {
     int64_t startNs = 0;
     int64_t endNs = 0;
+    int64_t firstSliceNs = 0;  // receiving steps
     uint32_t call = 0;
     int32_t lane = -1;  // -1: the call itself
     uint32_t step = 0;

@@ -155,6 +155,13 @@ TEST_CASE("TOPOCCL_TRACE_FILE writes every call and every step each rank ran, in
         CHECK(s["ts"].get<double>() + s["dur"].get<double>() <= calls[c]["ts"].get<double>() + calls[c]["dur"].get<double>() + 0.001);
         const std::string kind = s["args"]["kind"];
         const double bytes = s["args"]["bytes"].get<double>();
+        if (kind == "r" || kind == "rrs" || kind == "rrc" || kind == "rcs" || kind == "rrcs") {  // its wait, within it
+          REQUIRE(s["args"].contains("waited_us"));
+          CHECK(s["args"]["waited_us"].get<double>() >= 0.0);
+          CHECK(s["args"]["waited_us"].get<double>() <= s["dur"].get<double>() + 0.001);
+        } else {
+          CHECK_FALSE(s["args"].contains("waited_us"));
+        }
         if (kind == "s" || kind == "rrs" || kind == "rcs" || kind == "rrcs") sentBytes += bytes;
         if (kind == "r" || kind == "rrs" || kind == "rrc" || kind == "rcs" || kind == "rrcs") receivedBytes += bytes;
         const std::string stepName = s["name"];
