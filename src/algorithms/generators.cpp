@@ -481,6 +481,24 @@ void directScatter(PlanBuilder& b, int n, int root, Placement placement) {
   }
 }
 
+// The root sends its whole input to every peer at once: no rank waits on another non-root, so ranks that
+// share a CPU never wait for a relay that is not running.
+void directBroadcast(PlanBuilder& b, int n, int root, Placement placement) {
+  for (int r = 0; r < n; ++r) {
+    if (r != root) {
+      b.add(r, b.addLane(r, -1, root), recv(output(0)));
+      continue;
+    }
+    bool first = true;
+    for (int q : peersOf(r, n)) {
+      const uint16_t lane = b.addLane(r, q, -1);
+      b.add(r, lane, send(input(0)));
+      if (first && placement != Placement::InPlace) b.add(r, lane, copy(input(0), output(0)));
+      first = false;
+    }
+  }
+}
+
 void directAllGather(PlanBuilder& b, int n, Placement placement) {
   for (int r = 0; r < n; ++r) {
     for (int q : peersOf(r, n)) {
@@ -581,7 +599,7 @@ bool algorithmSupports(Algorithm a, Collective c) noexcept {
     case Algorithm::Tree: return c == Collective::Broadcast || c == Collective::Reduce;
     case Algorithm::Direct:
       return c == Collective::AllReduce || c == Collective::AllToAll || c == Collective::Gather || c == Collective::Scatter ||
-             c == Collective::AllGather || c == Collective::ReduceScatter;
+             c == Collective::AllGather || c == Collective::ReduceScatter || c == Collective::Broadcast;
     case Algorithm::Hierarchical: return c == Collective::AllReduce;
     case Algorithm::HalvingDoubling: return c == Collective::AllReduce;
   }
@@ -650,6 +668,7 @@ Plan directPlan(Collective c, int nranks, int root, int nchannels, Placement pla
   switch (c) {
     case Collective::Gather: directGather(b, nranks, root, placement); break;
     case Collective::Scatter: directScatter(b, nranks, root, placement); break;
+    case Collective::Broadcast: directBroadcast(b, nranks, root, placement); break;
     case Collective::AllGather: directAllGather(b, nranks, placement); break;
     case Collective::ReduceScatter: directReduceScatter(b, nranks); return b.finish(true, true);
     case Collective::AllReduce: {

@@ -201,9 +201,13 @@ std::vector<SelectionRow> memoryPathRows() {
   // of 0.08), the ring's second step reads lines the peer has just written and took 1.7-2.8x recursive doubling's
   // time at 512 KiB-4 MiB; where they share one, recursive doubling took 0.8-1.5x the ring's. Over loopback TCP
   // the ring stays ahead (1.04-1.4x), so these rows are for memory paths only (perf/RESULTS.md, session 29).
-  // Broadcast on 3 and more ranks keeps the binomial tree to 64 MiB (kMemoryPathTreeBroadcastMaxBytes).
+  // Broadcast on 3 and more ranks goes direct from the tree's limit to 64 MiB (kMemoryPathDirectBroadcastMaxBytes), on
+  // up to 8 ranks; more keep the tree there.
   return {{Collective::AllReduce, 2, 2, 0, kTwoRankRecursiveDoublingMaxBytes, Algorithm::RecursiveDoubling, 1},
-          {Collective::Broadcast, 3, INT32_MAX, kTreeMaxBytes, kMemoryPathTreeBroadcastMaxBytes, Algorithm::Tree, 1}};
+          {Collective::Broadcast, 3, kMemoryPathDirectBroadcastMaxRanks, kTreeMaxBytes, kMemoryPathDirectBroadcastMaxBytes,
+           Algorithm::Direct, 1},
+          {Collective::Broadcast, kMemoryPathDirectBroadcastMaxRanks + 1, INT32_MAX, kTreeMaxBytes,
+           kMemoryPathDirectBroadcastMaxBytes, Algorithm::Tree, 1}};
 }
 
 std::vector<SelectionRow> modelledRows(const std::vector<Collective>& collectives, const std::vector<uint64_t>& bandStarts,

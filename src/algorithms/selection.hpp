@@ -30,12 +30,13 @@ inline constexpr uint64_t kTwoRankRecursiveDoublingMaxBytes = 8 << 20;
 // - Binomial Broadcast / Reduce cost log2 n (alpha + S beta); the pipelined chain (n-1) alpha + S beta.
 //   They cross at S = (n-1-log2 n) / (log2 n - 1) alpha/beta: 1x on 4 ranks, 2x on 8, 3.7x on 16.
 inline constexpr uint64_t kTreeMaxBytes = 32 << 10;
-// On a memory path the binomial Broadcast keeps winning far beyond that (memoryPathRows): a receiver pulls from its
-// parent's buffer, so a parent's children copy at once instead of queueing on one link, and the tree's log2 n
-// levels fill the pipeline sooner than the chain's n - 1. On 3, 4 and 8 ranks (2 vCPUs) it took 0.55-0.99x the
-// chain's time from 64 KiB to 32 MiB; at 64 MiB both were equal, and from 128 MiB, where memory bounds both, the
-// chain was 4-14% ahead (perf/RESULTS.md, session 38).
-inline constexpr uint64_t kMemoryPathTreeBroadcastMaxBytes = 64 << 20;
+// On a memory path Broadcast goes direct (the root's buffer read by every peer at once) from there to 64 MiB
+// (memoryPathRows): a receiver pulls from the root's buffer, so no rank waits on a relay, and no relay waits on a
+// CPU that another rank holds. On 4, 6 and 8 ranks (2 vCPUs) it took 0.55-0.95x the binomial tree's time from
+// 32 KiB to 32 MiB, which itself took 0.55-0.99x the chain's; from 128 MiB, where memory bounds both, the chain
+// is ahead (perf/RESULTS.md, sessions 38 and 40). Beyond 8 ranks, unmeasured, the binomial tree keeps the band.
+inline constexpr uint64_t kMemoryPathDirectBroadcastMaxBytes = 64 << 20;
+inline constexpr int kMemoryPathDirectBroadcastMaxRanks = 8;
 // - Direct AllGather / ReduceScatter move the same bytes per rank as the ring in one round instead
 //   of n-1, so they win while latency dominates; beyond that the n-1 simultaneous flows per rank
 //   contend for its links, while the ring only ever uses neighbours.

@@ -268,7 +268,8 @@ TEST_CASE("generators reject bad arguments with ncclInvalidArgument") {
   CHECK(code([] { ringPlan(Collective::AllReduce, 4, 0, 0); }) == ncclInvalidArgument);
   CHECK(code([] { ringPlan(Collective::AllReduce, 4, 0, kMaxChannels + 1); }) == ncclInvalidArgument);
   CHECK(code([] { makePlan("butterfly", Collective::AllReduce, 4, 0, 1); }) == ncclInvalidArgument);
-  CHECK(code([] { makePlan("direct", Collective::Broadcast, 4, 0, 1); }) == ncclInvalidArgument);
+  CHECK(code([] { makePlan("direct", Collective::Reduce, 4, 0, 1); }) == ncclInvalidArgument);
+  CHECK(code([] { directPlan(Collective::Broadcast, 4, 4, 1); }) == ncclInvalidArgument);
   // Non-rooted collectives ignore the root.
   CHECK(code([] { ringPlan(Collective::AllReduce, 4, 99, 1); }) == ncclSuccess);
 }

@@ -309,7 +309,7 @@ TEST_CASE("GPU protocols: LL up to the threshold, Simple above, within NCCL_PROT
                        Catch::Contains("Simple"));
 }
 
-TEST_CASE("memory-path rows: two ranks on one host keep recursive doubling to 8 MiB, broadcast keeps the tree to 64 MiB, sockets keep the ring") {
+TEST_CASE("memory-path rows: two ranks on one host keep recursive doubling to 8 MiB, broadcast goes direct to 64 MiB, sockets keep the ring") {
   SelectionTable table = SelectionTable::defaults();
   CHECK(table.choose(Collective::AllReduce, 1 << 20, 2) == Algorithm::Ring);  // without them (sockets)
   table.prependRows(memoryPathRows());
@@ -320,10 +320,12 @@ TEST_CASE("memory-path rows: two ranks on one host keep recursive doubling to 8 
   CHECK(table.choose(Collective::AllReduce, 1 << 20, 4) == Algorithm::HalvingDoubling);
   CHECK(table.choose(Collective::AllReduce, 1 << 20, 2, 2) != Algorithm::RecursiveDoubling);  // two hosts
   CHECK(table.choose(Collective::AllGather, 1 << 20, 2) == Algorithm::Ring);
-  // Broadcast on 3+ ranks keeps the tree to 64 MiB, on one host only.
-  for (int ranks : {3, 4, 8, 17})
+  // Broadcast on 3-8 ranks goes direct from 32 KiB to 64 MiB, on one host only; more ranks keep the tree there.
+  for (int ranks : {3, 4, 8, 9, 17}) {
+    CHECK(table.choose(Collective::Broadcast, (uint64_t{32} << 10) - 1, ranks) == Algorithm::Tree);
     for (uint64_t bytes : {uint64_t{32} << 10, uint64_t{1} << 20, (uint64_t{64} << 20) - 1})
-      CHECK(table.choose(Collective::Broadcast, bytes, ranks) == Algorithm::Tree);
+      CHECK(table.choose(Collective::Broadcast, bytes, ranks) == (ranks <= 8 ? Algorithm::Direct : Algorithm::Tree));
+  }
   CHECK(table.choose(Collective::Broadcast, uint64_t{64} << 20, 4) == Algorithm::Ring);
   CHECK(table.choose(Collective::Broadcast, 1 << 20, 4, 2) == Algorithm::Ring);  // two hosts
   // NCCL_ALGO still rules.
