@@ -261,6 +261,30 @@ TEST_CASE("modelled rows on the simulator: recursive doubling or direct for smal
   CHECK(rows.back().maxBytes == UINT64_MAX);
 }
 
+TEST_CASE("modelled rows on the simulator: a direct broadcast pays for the root's link, so large ones pipeline") {
+  const CostModel model = CostModel::uniform(8, 20.0, 1.0 / 1e3);  // 20 us, 1 GB/s
+  std::vector<ModelledChoice> choices;
+  const auto rows = modelledRows({Collective::Broadcast}, {0, 64 << 10, 16 << 20}, 8, 2,
+                                 [](Algorithm a, Collective c) -> std::optional<Plan> { return makePlan(a, c, 8, 0, 1); },
+                                 [&](const Plan& plan, uint64_t bytes) {
+                                   return simulate(plan, bytes, model, SimOptions{16, false}).finishUs;  // pipelined, as the communicator models
+                                 },
+                                 &choices);
+  REQUIRE(choices.size() == 3);
+  for (const ModelledChoice& choice : choices) {
+    double direct = 0, ring = 0;
+    for (const auto& [algorithm, us] : choice.predictedUs) {
+      if (algorithm == Algorithm::Direct) direct = us;
+      if (algorithm == Algorithm::Ring) ring = us;
+    }
+    REQUIRE(direct > 0);
+    REQUIRE(ring > 0);
+    // From 16 MiB the root's one link carries 7 copies: about 7x the pipelined chain's time.
+    if (choice.bytes >= (16u << 20)) CHECK(direct > 4 * ring);
+  }
+  CHECK(rows.back().algorithm != Algorithm::Direct);
+}
+
 TEST_CASE("GPU protocols: LL up to the threshold, Simple above, within NCCL_PROTO, printed with the table") {
   using P = Protocol;
   constexpr uint64_t kLowLatencyMaxBytes = 64 << 10;
