@@ -202,12 +202,15 @@ std::vector<SelectionRow> memoryPathRows() {
   // time at 512 KiB-4 MiB; where they share one, recursive doubling took 0.8-1.5x the ring's. Over loopback TCP
   // the ring stays ahead (1.04-1.4x), so these rows are for memory paths only (perf/RESULTS.md, session 29).
   // Broadcast on 3 and more ranks goes direct from the tree's limit to 64 MiB (kMemoryPathDirectBroadcastMaxBytes), on
-  // up to 8 ranks; more keep the tree there.
+  // up to 8 ranks; more keep the tree there. All-gather (to 64 MiB) and reduce-scatter on 3-8 ranks go direct too.
   return {{Collective::AllReduce, 2, 2, 0, kTwoRankRecursiveDoublingMaxBytes, Algorithm::RecursiveDoubling, 1},
-          {Collective::Broadcast, 3, kMemoryPathDirectBroadcastMaxRanks, kTreeMaxBytes, kMemoryPathDirectBroadcastMaxBytes,
+          {Collective::Broadcast, 3, kMemoryPathDirectMaxRanks, kTreeMaxBytes, kMemoryPathDirectBroadcastMaxBytes,
            Algorithm::Direct, 1},
-          {Collective::Broadcast, kMemoryPathDirectBroadcastMaxRanks + 1, INT32_MAX, kTreeMaxBytes,
-           kMemoryPathDirectBroadcastMaxBytes, Algorithm::Tree, 1}};
+          {Collective::Broadcast, kMemoryPathDirectMaxRanks + 1, INT32_MAX, kTreeMaxBytes,
+           kMemoryPathDirectBroadcastMaxBytes, Algorithm::Tree, 1},
+          {Collective::AllGather, 3, kMemoryPathDirectMaxRanks, kDirectMaxBytes, kMemoryPathDirectAllGatherMaxBytes,
+           Algorithm::Direct, 1},
+          {Collective::ReduceScatter, 3, kMemoryPathDirectMaxRanks, kDirectMaxBytes, UINT64_MAX, Algorithm::Direct, 1}};
 }
 
 std::vector<SelectionRow> modelledRows(const std::vector<Collective>& collectives, const std::vector<uint64_t>& bandStarts,

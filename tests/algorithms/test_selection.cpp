@@ -333,7 +333,7 @@ TEST_CASE("GPU protocols: LL up to the threshold, Simple above, within NCCL_PROT
                        Catch::Contains("Simple"));
 }
 
-TEST_CASE("memory-path rows: two ranks on one host keep recursive doubling to 8 MiB, broadcast goes direct to 64 MiB, sockets keep the ring") {
+TEST_CASE("memory-path rows: two ranks on one host keep recursive doubling to 8 MiB, broadcast, all-gather and reduce-scatter go direct, sockets keep the ring") {
   SelectionTable table = SelectionTable::defaults();
   CHECK(table.choose(Collective::AllReduce, 1 << 20, 2) == Algorithm::Ring);  // without them (sockets)
   table.prependRows(memoryPathRows());
@@ -351,6 +351,18 @@ TEST_CASE("memory-path rows: two ranks on one host keep recursive doubling to 8 
       CHECK(table.choose(Collective::Broadcast, bytes, ranks) == (ranks <= 8 ? Algorithm::Direct : Algorithm::Tree));
   }
   CHECK(table.choose(Collective::Broadcast, uint64_t{64} << 20, 4) == Algorithm::Ring);
+  // All-gather and reduce-scatter on 3-8 ranks go direct past 64 KiB (all-gather to 64 MiB); two ranks and more
+  // than 8 keep the ring, and so do sockets.
+  for (int ranks : {2, 3, 5, 8, 9}) {
+    const Algorithm wide = ranks >= 3 && ranks <= 8 ? Algorithm::Direct : Algorithm::Ring;
+    for (uint64_t bytes : {uint64_t{64} << 10, uint64_t{1} << 20, (uint64_t{64} << 20) - 1}) {
+      CHECK(table.choose(Collective::AllGather, bytes, ranks) == wide);
+      CHECK(table.choose(Collective::ReduceScatter, bytes, ranks) == wide);
+    }
+    CHECK(table.choose(Collective::AllGather, uint64_t{64} << 20, ranks) == Algorithm::Ring);
+    CHECK(table.choose(Collective::ReduceScatter, uint64_t{1} << 30, ranks) == wide);
+    CHECK(table.choose(Collective::AllGather, 1 << 20, ranks, 2) == Algorithm::Ring);  // two hosts
+  }
   CHECK(table.choose(Collective::Broadcast, 1 << 20, 4, 2) == Algorithm::Ring);  // two hosts
   // NCCL_ALGO still rules.
   table.setFilter(AlgorithmFilter::parse("allreduce:ring"));
