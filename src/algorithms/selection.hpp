@@ -32,21 +32,21 @@ inline constexpr uint64_t kTwoRankRecursiveDoublingMaxBytes = 8 << 20;
 inline constexpr uint64_t kTreeMaxBytes = 32 << 10;
 // On a memory path Broadcast goes direct (the root's buffer read by every peer at once) from there to 64 MiB
 // (memoryPathRows): a receiver pulls from the root's buffer, so no rank waits on a relay, and no relay waits on a
-// CPU that another rank holds. On 4, 6 and 8 ranks (2 vCPUs) it took 0.55-0.95x the binomial tree's time from
+// CPU that another rank holds. On 4, 6 and 8 ranks (2 vCPUs) it took 0.4-0.97x the binomial tree's time from
 // 32 KiB to 32 MiB, which itself took 0.55-0.99x the chain's; from 128 MiB, where memory bounds both, the chain
 // is ahead (perf/RESULTS.md, sessions 38 and 40). Beyond 8 ranks, unmeasured, the binomial tree keeps the band.
 inline constexpr uint64_t kMemoryPathDirectBroadcastMaxBytes = 64 << 20;
-// For the same reason AllGather and ReduceScatter on 3-8 ranks go direct past kDirectMaxBytes on a memory path:
+// - Direct AllGather / ReduceScatter move the same bytes per rank as the ring in one round instead
+//   of n-1, so they win while latency dominates; beyond that the n-1 simultaneous flows per rank
+//   contend for its links, while the ring only ever uses neighbours.
+inline constexpr uint64_t kDirectMaxBytes = 64 << 10;
+// On a memory path, for Broadcast's reason, AllGather and ReduceScatter on 3-8 ranks go direct past kDirectMaxBytes:
 // every pair's bytes cross the same memory, so the ring's relays only add waits on ranks that share a CPU. Direct
 // took 0.45-0.85x the ring's time from 256 KiB to 64 MiB for both on 3, 4, 6 and 8 ranks (2 vCPUs), and
 // reduce-scatter also 0.86-0.87x at 128-256 MiB; out-of-place all-gather at 128-256 MiB was 9-26% slower than the
 // ring, so it keeps the ring there (perf/RESULTS.md, session 40).
 inline constexpr uint64_t kMemoryPathDirectAllGatherMaxBytes = 64 << 20;
 inline constexpr int kMemoryPathDirectMaxRanks = 8;
-// - Direct AllGather / ReduceScatter move the same bytes per rank as the ring in one round instead
-//   of n-1, so they win while latency dominates; beyond that the n-1 simultaneous flows per rank
-//   contend for its links, while the ring only ever uses neighbours.
-inline constexpr uint64_t kDirectMaxBytes = 64 << 10;
 // - Direct AllReduce (every rank sends its input to every other and adds all n) is one round where
 //   recursive doubling takes log2 n (+2 when folding), at n-1 times the bytes sent. Measured on 3-8
 //   ranks sharing 2 cores (perf/RESULTS.md), where every round costs a trip through the scheduler, it
