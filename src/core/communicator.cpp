@@ -424,7 +424,12 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
     for (int r = 0; r < nranks_; ++r)
       if (r != rank_) routes << " " << r << ":" << transportFor(r).name();
     const std::string streamingFrom =
-        streamingThreshold_ == UINT64_MAX ? std::string("never") : std::to_string(streamingThreshold_ >> 20) + " MiB";
+        streamingThreshold_ == UINT64_MAX
+            ? std::string("never")
+            : std::to_string(streamingThreshold_ >> 20) + " MiB (into bytes a peer has just read: " +
+                  (streamingThreshold_ > UINT64_MAX / kSentBytesCachedFootprints
+                       ? std::string("never")
+                       : std::to_string((streamingThreshold_ * kSentBytesCachedFootprints) >> 20) + " MiB") + ")";
     TOPOCCL_INFO(log::kInit,
                  "comm %s rank %d nranks %d hosts %d slice %zu B (>= %zu a step) channels %d spin %u polls (%s); streaming "
                  "stores from %s (x %zu ranks), below that %s; %s; peers via%s",
@@ -1091,8 +1096,10 @@ std::unique_ptr<Execution> Communicator::buildCollective(const CollectiveArgs& a
     again->reset();
     return again;
   }
-  // What this rank's buffers take, times the ranks sharing the machine's caches.
-  const uint64_t footprint = static_cast<uint64_t>(inBlocks + outBlocks) * blockBytes * machineRanks_;
+  // What this rank's buffers take (in place, one buffer: the input lies inside the output or the other way
+  // round), times the ranks sharing the machine's caches.
+  const uint64_t bufferBlocks = inPlace && !needsCopy ? std::max(inBlocks, outBlocks) : uint64_t{inBlocks} + outBlocks;
+  const uint64_t footprint = bufferBlocks * blockBytes * machineRanks_;
 
   std::vector<ResolvedLane> lanes;
   const auto& program = plan.ranks[rank_];
@@ -1123,8 +1130,15 @@ std::unique_ptr<Execution> Communicator::buildCollective(const CollectiveArgs& a
   execution->setTrace(trace_.get());
   // Not where ranks reduce: there the copies are the all-gather half, and the reduced chunks they copy are
   // still in cache (2-rank all-reduce at 32-256 MiB took 1.04-1.15x longer with them).
-  if (reduce == nullptr && footprint >= streamingThreshold_) execution->setCopy(&kernels::streamingCopy);
-  else if (bulkCopy_) execution->setCopy(&kernels::bulkCopy);
+  const transport::CopyFn cachedCopy = bulkCopy_ ? &kernels::bulkCopy : nullptr;
+  const bool streaming = reduce == nullptr && footprint >= streamingThreshold_;
+  // In place, the bytes a peer has just read from our buffer, which we then overwrite, are still in the caches
+  // until the footprint is a few times the streaming threshold: there streaming stores would only evict them
+  // (4-rank in-place all-to-all at 16 MiB: 3.0 ms cached against 4.0 streaming; at 128 MiB, past the bound, 34.3
+  // against 30.9; perf/RESULTS.md, session 41).
+  const bool sentBytesCached = footprint / kSentBytesCachedFootprints < streamingThreshold_;
+  execution->setCopy(streaming ? &kernels::streamingCopy : cachedCopy,
+                     streaming && !sentBytesCached ? &kernels::streamingCopy : cachedCopy);
   return execution;
 }
 

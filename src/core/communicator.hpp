@@ -268,6 +268,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   unsigned idleBeforeSleep_ = 8192;  // idle loops before sleeping on doorbells when every connection has them
   size_t machineRanks_ = 1;                  // ranks of this communicator sharing this machine's cores and caches
   uint64_t streamingThreshold_ = UINT64_MAX;  // footprint from which copies use streaming stores
+  // In place, receives into bytes a peer has just read stream only from this many times that footprint.
+  static constexpr uint64_t kSentBytesCachedFootprints = 4;
   bool bulkCopy_ = false;                     // below it, kernels::bulkCopy (TOPOCCL_BULK_COPY and the CPU has it)
 
   mutable std::mutex queueMutex_;

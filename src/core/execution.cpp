@@ -169,7 +169,7 @@ bool Execution::pumpReceives(size_t laneIndex) {
     const size_t length = sliceLength(state, step, state.slicesPosted);
     transport::RecvAction action;
     action.elementSize = elementSize_;
-    action.copy = copy_;
+    action.copy = step.intoSentBytes ? sentBytesCopy_ : copy_;
     const size_t slot = state.slicesPosted % kWindow;
     state.bounced[slot] = false;
     if (step.kind == StepKind::RecvReduceSend) {
@@ -184,6 +184,7 @@ bool Execution::pumpReceives(size_t laneIndex) {
         action.dst = bounce.data() + slot * state.sliceBytes;
         action.copy = nullptr;  // into a slot that stays in cache
         state.bounced[slot] = true;
+        ++bouncedSlices_;
       }
     }
     if (step.kind == StepKind::RecvReduceSend || step.kind == StepKind::RecvReduceCopy ||
@@ -212,7 +213,7 @@ bool Execution::pumpReceives(size_t laneIndex) {
       char* dst = step.dst + slice * state.sliceBytes;
       if (writeHazard(dst, dst + length)) break;  // our send still reads it; the slice waits in its slot
       const char* from = bounce_[laneIndex].data() + (slice % kWindow) * state.sliceBytes;
-      if (copy_) copy_(dst, from, length);
+      if (sentBytesCopy_) sentBytesCopy_(dst, from, length);
       else std::memcpy(dst, from, length);
       state.bounced[slice % kWindow] = false;
     }
@@ -380,6 +381,12 @@ size_t fuseStagedReceives(std::vector<ResolvedLane>& lanes, const char* scratch,
       }
     return false;
   };
+  const auto sentElsewhere = [&](const char* begin, size_t bytes) {
+    for (const ResolvedLane& lane : lanes)
+      for (const ResolvedStep& s : lane.steps)
+        if (algo::stepSends(s.kind) && algo::stepReads(s.kind) && overlaps(s.src, s.bytes, begin, bytes)) return true;
+    return false;
+  };
   size_t fused = 0;
   for (size_t l = 0; l < lanes.size(); ++l) {
     auto& steps = lanes[l].steps;
@@ -393,6 +400,7 @@ size_t fuseStagedReceives(std::vector<ResolvedLane>& lanes, const char* scratch,
       if (!inScratch || overlaps(copy.dst, copy.bytes, recv.dst, recv.bytes) || touchedElsewhere(recv.dst, recv.bytes, l, i))
         continue;
       recv.dst = copy.dst;
+      recv.intoSentBytes = sentElsewhere(recv.dst, recv.bytes);
       copy.kind = StepKind::Nop;  // keeps the step numbers other lanes' dependencies use
       copy.src = nullptr;
       copy.dst = nullptr;

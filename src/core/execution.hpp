@@ -29,6 +29,9 @@ struct ResolvedStep {
   // connection can, the receiver writes them there too and that Copy (step `mirrorCopyStep`) is skipped.
   char* mirror = nullptr;
   size_t mirrorCopyStep = 0;
+  // A receive into bytes a send of this rank reads (in place, fuseStagedReceives): a peer has just read those
+  // lines, so the receive moves its bytes with Execution::setCopy's sentBytesCopy.
+  bool intoSentBytes = false;
   // How the step is cut, set by Execution (sliceBytesFor): computed once, not on every run of the step.
   size_t sliceBytes = 0;
   size_t slices = 0;
@@ -87,8 +90,13 @@ class Execution {
   // Back to the start for another run of the same steps (same buffers): no allocation.
   void reset();
   // How plain copies and receives move bytes whose buffers do not overlap (kernels::streamingCopy past the
-  // caches, kernels::bulkCopy inside them); null, the default: memcpy.
-  void setCopy(transport::CopyFn copy) { copy_ = copy; }
+  // caches, kernels::bulkCopy inside them); null, the default: memcpy. `sentBytesCopy` moves bytes into memory a
+  // send of ours reads (in place: a bounced slice, or a receive ResolvedStep::intoSentBytes), lines a peer has just
+  // read and so still in the caches, where streaming stores would only evict them.
+  void setCopy(transport::CopyFn copy, transport::CopyFn sentBytesCopy) {
+    copy_ = copy;
+    sentBytesCopy_ = sentBytesCopy;
+  }
   bool movedLastTime() const { return moved_; }
   bool finished() const { return finished_; }
   const std::string& operation() const { return operation_; }
@@ -102,6 +110,8 @@ class Execution {
   bool armDoorbells(std::vector<transport::ArmedDoorbell>& armed);
   // Lets the connections do work for their peers while this run waits (Connection::helpPeer); whether any did.
   bool helpPeers();
+  // Receive slices that landed in a bounce slot, over every run so far.
+  size_t bouncedSlices() const { return bouncedSlices_; }
   // Records this run's call and steps in `trace` (null: none), from its next run on.
   void setTrace(ExecutionTrace* trace) { trace_ = trace; }
 
@@ -168,6 +178,8 @@ class Execution {
   size_t sliceBytes_;
   size_t slicesPerStep_;
   transport::CopyFn copy_ = nullptr;
+  transport::CopyFn sentBytesCopy_ = nullptr;
+  size_t bouncedSlices_ = 0;
   bool hasStaging_ = false;    // some step is a RecvReduceSend (placeStaging has work)
   bool hasMirrors_ = false;    // some send is mirrored (mirroredBytes_ is reset per run)
   bool moved_ = false;

@@ -42,6 +42,7 @@ TEST_CASE("a receive into scratch that is only copied to the output receives int
   CHECK(steps[1].kind == StepKind::Recv);
   CHECK(steps[1].dst == b.out(100));
   CHECK(steps[1].bytes == 100);
+  CHECK(steps[1].intoSentBytes);  // the lane's Send reads the same bytes: a peer has just read them
   CHECK(steps[2].kind == StepKind::Nop);  // the step numbers stay, for other lanes' dependencies
   CHECK(steps[2].bytes == 0);
 }
@@ -92,4 +93,20 @@ TEST_CASE("receives stay staged where fusing would change what the plan computes
     CHECK(lanes[0].steps[2].kind == StepKind::Copy);
     CHECK(core::fuseStagedReceives(lanes, b.scr(0), b.scratch.size(), core::Execution::kMaxBounceSliceBytes) == 1);
   }
+}
+
+TEST_CASE("a fused receive into bytes no send reads is not marked as receiving into sent bytes") {
+  Buffers b;
+  auto lanes = stagedLane(b);
+  lanes[0].steps[0].src = b.out(0);  // the send reads [0, 100), the receive lands in [100, 200)
+  CHECK(core::fuseStagedReceives(lanes, b.scr(0), b.scratch.size(), kSlice) == 1);
+  CHECK_FALSE(lanes[0].steps[1].intoSentBytes);
+  // A send on another lane that reads the destination counts too.
+  auto two = stagedLane(b);
+  two[0].steps[0].src = b.out(0);
+  core::ResolvedLane other;
+  other.steps = {step(StepKind::Send, b.out(150), nullptr, 10)};
+  two.push_back(other);
+  CHECK(core::fuseStagedReceives(two, b.scr(0), b.scratch.size(), kSlice) == 1);
+  CHECK(two[0].steps[1].intoSentBytes);
 }
