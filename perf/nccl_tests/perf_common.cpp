@@ -954,6 +954,10 @@ class Runner {
       const double seconds = std::chrono::duration<double>(end - t0).count() - excluded;
       double switches = thread == 0 ? static_cast<double>(processContextSwitches() - switches0) : 0;
       threadTimes_[static_cast<size_t>(thread)] = seconds / (o_.iters * o_.aggIters);
+      // Every rank's clock stops before any rank starts checking, as in nccl-tests (its Allreduce of the time and
+      // Barrier come before the data check): where ranks share CPUs, the host work of a check on a rank that finished
+      // first would take the CPU from a rank beside it still in its last timed call (4 ranks on 2 CPUs: 2-3 ms).
+      barrierAll(thread);
       if (o_.check > 0) {
         watch(thread, what + ", checking the result");
         verify(rc, bytes, t, op.op, root, inPlace, thread);
