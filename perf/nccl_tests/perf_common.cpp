@@ -876,14 +876,15 @@ class Runner {
     }
   }
 
-  // One timed iteration: -m ops per rank, fused in a group when there is more than one call.
-  void iterate(std::vector<RankContext>& rc, size_t bytes, const TypeInfo& t, ncclRedOp_t op, int root, bool inPlace, int thread) {
+  // One timed iteration: `calls` ops per rank (-m), fused in a group when there is more than one call.
+  void iterate(std::vector<RankContext>& rc, size_t bytes, const TypeInfo& t, ncclRedOp_t op, int root, bool inPlace, int thread,
+               int calls) {
     size_t pc = 0, se = 0, re = 0;
     spec_.counts(bytes, t.size, nranks_, pc, se, re);
     placeBuffers(rc, pc, t.size, inPlace);
-    const bool group = rc.size() > 1 || o_.aggIters > 1;
+    const bool group = rc.size() > 1 || calls > 1;
     if (group) checkNccl(ncclGroupStart(), "ncclGroupStart", rc[0].rank);
-    for (int m = 0; m < o_.aggIters; ++m) {
+    for (int m = 0; m < calls; ++m) {
       for (const RankContext& c : rc) {
         const ncclResult_t r = spec_.run(c, pc, t.type, op, root);
         if (r != ncclSuccess) checkNccl(r, spec_.name, c.rank);
@@ -919,7 +920,7 @@ class Runner {
       // call (a 100-500 us stall that doubled 2-rank small-message times, for OpenMPI too when run that way).
       for (int w = 0; w < o_.warmup; ++w) {
         watch(thread, what + ", warm-up call " + std::to_string(w + 1));
-        iterate(rc, bytes, t, op.op, root, inPlace, thread);
+        iterate(rc, bytes, t, op.op, root, inPlace, thread, o_.aggIters);
       }
       watch(thread, what + ", waiting for the warm-up to complete");
       syncAll(rc);
@@ -934,7 +935,7 @@ class Runner {
       for (int i = 0; i < o_.iters; ++i) {
         const auto i0 = o_.perIter ? Clock::now() : t0;
         if (watching()) rewatch(thread, i);
-        iterate(rc, bytes, t, op.op, root, inPlace, thread);
+        iterate(rc, bytes, t, op.op, root, inPlace, thread, o_.aggIters);
         if (o_.perIter) {  // -I: each iteration to completion (on a GPU this waits for the streams each time)
           syncAll(rc);
           iterTimes[static_cast<size_t>(i)] = std::chrono::duration<double>(Clock::now() - i0).count();
@@ -1054,7 +1055,9 @@ class Runner {
         mem_.upload(c.send, staged.data(), se * t.size);
       }
       barrierAll(thread);
-      iterate(rc, bytes, t, op, root, inPlace, thread);
+      // One call, as nccl-tests checks: -m calls in place would feed each call the one before's result (an in-place
+      // reduce-scatter, reduce or all-to-all is not idempotent).
+      iterate(rc, bytes, t, op, root, inPlace, thread, 1);
       syncAll(rc);
       barrierAll(thread);
       long long bad = 0;
