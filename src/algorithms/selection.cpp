@@ -196,11 +196,13 @@ SelectionTable SelectionTable::defaults() {
 }
 
 std::vector<SelectionRow> memoryPathRows() {
-  // Two ranks: recursive doubling (each reads the other's input and reduces into its own output, one step) up to
-  // 8 MiB. Where the two cores share no cache (this VM, part of the time: a cache-line handoff of 0.3 us instead
-  // of 0.08), the ring's second step reads lines the peer has just written and took 1.7-2.8x recursive doubling's
-  // time at 512 KiB-4 MiB; where they share one, recursive doubling took 0.8-1.5x the ring's. Over loopback TCP
-  // the ring stays ahead (1.04-1.4x), so these rows are for memory paths only (perf/RESULTS.md, session 29).
+  // Two ranks: recursive doubling (each reads the other's input and reduces into its own output, one step) below
+  // 1 MiB. Out of place it stays ahead to 8 MiB (the ring took 1.03-1.05x its time at 2-4 MiB; 1.7-2.8x where the two
+  // cores share no cache, session 29), but in place each rank's result overwrites the buffer its peer is reading,
+  // and every line crosses between the caches twice: at 2-8 MiB it took 1.3-2.5x the ring's time (session 42).
+  // Frameworks reduce gradients in place, and a rank cannot choose by placement (peers may differ), so the ring
+  // takes over at 1 MiB, where it was ahead both ways. Over loopback TCP the ring stays ahead (1.04-1.4x), so these
+  // rows are for memory paths only (perf/RESULTS.md).
   // Broadcast on 3 and more ranks goes direct from the tree's limit to 64 MiB (kMemoryPathDirectBroadcastMaxBytes), on
   // up to 8 ranks; more keep the tree there. All-gather (to 64 MiB) and reduce-scatter on 3-8 ranks go direct too.
   return {{Collective::AllReduce, 2, 2, 0, kTwoRankRecursiveDoublingMaxBytes, Algorithm::RecursiveDoubling, 1},

@@ -25,8 +25,8 @@ namespace topoccl::algo {
 //   S = 9 alpha/beta (~200 KB), on 6 ranks (folding) near 2.6 alpha/beta (~60 KB): 64 KiB keeps
 //   recursive doubling where it wins on every rank count.
 inline constexpr uint64_t kRecursiveDoublingMaxBytes = 64 << 10;
-// Two ranks on a memory path keep recursive doubling further, to 8 MiB (memoryPathRows).
-inline constexpr uint64_t kTwoRankRecursiveDoublingMaxBytes = 8 << 20;
+// Two ranks on a memory path keep recursive doubling further, to 1 MiB (memoryPathRows).
+inline constexpr uint64_t kTwoRankRecursiveDoublingMaxBytes = 1 << 20;
 // - Binomial Broadcast / Reduce cost log2 n (alpha + S beta); the pipelined chain (n-1) alpha + S beta.
 //   They cross at S = (n-1-log2 n) / (log2 n - 1) alpha/beta: 1x on 4 ranks, 2x on 8, 3.7x on 16.
 inline constexpr uint64_t kTreeMaxBytes = 32 << 10;

@@ -393,12 +393,16 @@ size_t fuseStagedReceives(std::vector<ResolvedLane>& lanes, const char* scratch,
     for (size_t i = 0; i + 1 < steps.size(); ++i) {
       ResolvedStep& recv = steps[i];
       ResolvedStep& copy = steps[i + 1];
-      if (recv.kind != StepKind::Recv || copy.kind != StepKind::Copy || !copy.deps.empty() || recv.bytes == 0 ||
+      const bool reduces = recv.kind == StepKind::RecvReduceCopy;
+      if ((recv.kind != StepKind::Recv && !reduces) || copy.kind != StepKind::Copy || !copy.deps.empty() || recv.bytes == 0 ||
           copy.bytes != recv.bytes || copy.src != recv.dst)
         continue;
       const bool inScratch = recv.dst >= scratch && recv.dst + recv.bytes <= scratch + scratchBytes;
       if (!inScratch || overlaps(copy.dst, copy.bytes, recv.dst, recv.bytes) || touchedElsewhere(recv.dst, recv.bytes, l, i))
         continue;
+      // A reduction reads its operand slice by slice: writing the result over the operand is safe only element for
+      // element (the same bytes), never shifted onto operand bytes a later slice still reads.
+      if (reduces && recv.src != copy.dst && overlaps(recv.src, recv.bytes, copy.dst, copy.bytes)) continue;
       recv.dst = copy.dst;
       recv.intoSentBytes = sentElsewhere(recv.dst, recv.bytes);
       copy.kind = StepKind::Nop;  // keeps the step numbers other lanes' dependencies use

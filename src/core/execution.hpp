@@ -44,12 +44,13 @@ struct ResolvedLane {
   std::string label;  // for stall reports: "lane 0 (send rank 1, recv rank 3, channel 0)"
 };
 
-// Receives into scratch that a Copy right after them in the lane moves to their real place (the staged
-// in-place plans: all-to-all lands peer blocks in scratch while its sends still read the output) become
-// receives into that place, and the Copy a Nop: the executor's bounce slots then hold each slice only until
+// Receives (and receive-reduces) into scratch that a Copy right after them in the lane moves to their real place
+// (the staged in-place plans: all-to-all lands peer blocks in scratch while its sends still read the output; 2-rank
+// recursive doubling reduces into scratch while the peer still reads the buffer) become receives into that place,
+// and the Copy a Nop: the executor's bounce slots then hold each slice only until
 // the send reading its destination completes, in cache, instead of a whole block in memory and a second
-// pass over it. Only where nothing else of this rank touches that scratch and the Copy waits on nothing else,
-// and only when no slice can exceed a bounce slot (maxSliceBytes <= Execution::kMaxBounceSliceBytes): a
+// pass over it. Only where nothing else of this rank touches that scratch and the Copy waits on nothing else, where a
+// reduction's operand is either exactly the new destination or apart from it, and only when no slice can exceed a bounce slot (maxSliceBytes <= Execution::kMaxBounceSliceBytes): a
 // larger slice would wait on our own send, which may wait on the peer's receive, which waits the same way.
 // Returns how many receives it redirected.
 size_t fuseStagedReceives(std::vector<ResolvedLane>& lanes, const char* scratch, size_t scratchBytes, size_t maxSliceBytes);

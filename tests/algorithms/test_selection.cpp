@@ -333,13 +333,14 @@ TEST_CASE("GPU protocols: LL up to the threshold, Simple above, within NCCL_PROT
                        Catch::Contains("Simple"));
 }
 
-TEST_CASE("memory-path rows: two ranks on one host keep recursive doubling to 8 MiB, broadcast, all-gather and reduce-scatter go direct, sockets keep the ring") {
+TEST_CASE("memory-path rows: two ranks on one host keep recursive doubling to 1 MiB, broadcast, all-gather and reduce-scatter go direct, sockets keep the ring") {
   SelectionTable table = SelectionTable::defaults();
-  CHECK(table.choose(Collective::AllReduce, 1 << 20, 2) == Algorithm::Ring);  // without them (sockets)
+  CHECK(table.choose(Collective::AllReduce, 512 << 10, 2) == Algorithm::Ring);  // without them (sockets)
   table.prependRows(memoryPathRows());
-  for (uint64_t bytes : {uint64_t{8}, uint64_t{64} << 10, uint64_t{1} << 20, (uint64_t{8} << 20) - 4})
+  for (uint64_t bytes : {uint64_t{8}, uint64_t{64} << 10, uint64_t{512} << 10, (uint64_t{1} << 20) - 4})
     CHECK(table.choose(Collective::AllReduce, bytes, 2) == Algorithm::RecursiveDoubling);
-  CHECK(table.choose(Collective::AllReduce, uint64_t{8} << 20, 2) == Algorithm::Ring);
+  for (uint64_t bytes : {uint64_t{1} << 20, uint64_t{8} << 20})
+    CHECK(table.choose(Collective::AllReduce, bytes, 2) == Algorithm::Ring);
   CHECK(table.choose(Collective::AllReduce, 1 << 20, 3) == Algorithm::Ring);
   CHECK(table.choose(Collective::AllReduce, 1 << 20, 4) == Algorithm::HalvingDoubling);
   CHECK(table.choose(Collective::AllReduce, 1 << 20, 2, 2) != Algorithm::RecursiveDoubling);  // two hosts

@@ -110,3 +110,31 @@ TEST_CASE("a fused receive into bytes no send reads is not marked as receiving i
   CHECK(core::fuseStagedReceives(two, b.scr(0), b.scratch.size(), kSlice) == 1);
   CHECK(two[0].steps[1].intoSentBytes);
 }
+
+TEST_CASE("a receive-reduce into scratch copied over its own operand reduces in place; a shifted operand stays staged") {
+  Buffers b;
+  // 2-rank recursive doubling in place: send the buffer, reduce the peer's into scratch with it, copy it back.
+  core::ResolvedLane lane;
+  lane.steps = {step(StepKind::Send, b.out(0), nullptr, 100), step(StepKind::RecvReduceCopy, b.out(0), b.scr(0), 100),
+                step(StepKind::Copy, b.scr(0), b.out(0), 100)};
+  std::vector<core::ResolvedLane> lanes{lane};
+  CHECK(core::fuseStagedReceives(lanes, b.scr(0), b.scratch.size(), kSlice) == 1);
+  CHECK(lanes[0].steps[1].kind == StepKind::RecvReduceCopy);
+  CHECK(lanes[0].steps[1].src == b.out(0));  // the operand, element for element under the result
+  CHECK(lanes[0].steps[1].dst == b.out(0));
+  CHECK(lanes[0].steps[1].intoSentBytes);
+  CHECK(lanes[0].steps[2].kind == StepKind::Nop);
+  SECTION("an operand apart from the destination fuses too") {
+    lanes = {lane};
+    lanes[0].steps[1].src = b.out(200);
+    CHECK(core::fuseStagedReceives(lanes, b.scr(0), b.scratch.size(), kSlice) == 1);
+    CHECK(lanes[0].steps[1].dst == b.out(0));
+  }
+  SECTION("an operand that overlaps the destination shifted: a slice's result would overwrite a later slice's operand") {
+    lanes = {lane};
+    lanes[0].steps[1].src = b.out(50);
+    CHECK(core::fuseStagedReceives(lanes, b.scr(0), b.scratch.size(), kSlice) == 0);
+    CHECK(lanes[0].steps[1].dst == b.scr(0));
+    CHECK(lanes[0].steps[2].kind == StepKind::Copy);
+  }
+}
