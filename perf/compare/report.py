@@ -121,18 +121,18 @@ class Data:
     def sizes(self, systems, np_, coll):
         return sorted({k[3] for k in self.rows if k[0] in systems and k[1] == np_ and k[2] == coll})
 
-    def per_rep(self, sys_, np_, coll, b, what):
+    def per_rep(self, sys_, np_, coll, b, what, place="oop"):
         d = self.rows.get((sys_, np_, coll, b), {})
         out = {}
         for rep, r in d.items():
-            t = r["oop_us"]
+            t = r[f"{place}_us"]
             if t <= 0:
                 continue
             out[rep] = t if what == "time" else b / 1e3 / t * bus_factor(coll, np_)
         return out
 
-    def st(self, sys_, np_, coll, b, what):
-        return stats(list(self.per_rep(sys_, np_, coll, b, what).values()))
+    def st(self, sys_, np_, coll, b, what, place="oop"):
+        return stats(list(self.per_rep(sys_, np_, coll, b, what, place).values()))
 
     def ratio(self, base, other, np_, coll, b, what):
         """(ratio of medians, min paired ratio, max paired ratio, pairs) or None"""
@@ -233,6 +233,34 @@ def summary_table(d, systems, base, nps, colls, lat_max):
                 gl, gb = geomean([x[0] for x in lat if x]), geomean([x[0] for x in bw if x])
                 row += [fnum(gl), fnum(gb)]
             lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+# In place: OpenMPI's mpi_perf passes MPI_IN_PLACE (broadcast has one buffer in MPI, so it is left out); Gloo's
+# in-place columns repeat its one form, so it is left out too. Frameworks reduce gradients in place, so a
+# placement that runs far slower than the other shows here.
+IN_PLACE_COLLS = ["all_reduce", "all_gather", "reduce_scatter", "alltoall"]
+
+
+def in_place_table(d, base, other, np_):
+    colls = [c for c in IN_PLACE_COLLS if d.sizes([base], np_, c) and d.sizes([other], np_, c)]
+    if not colls:
+        return []
+    hdr = ["size"] + [f"{c}: {base} / {label(other).split(' (')[0]} µs (speedup); {base} in/out of place" for c in colls]
+    lines = ["| " + " | ".join(hdr) + " |", "|" + "---:|" * len(hdr)]
+    for b in sorted(set().union(*(d.sizes([base, other], np_, c) for c in colls))):
+        row = [human(b)]
+        for c in colls:
+            mine, theirs = d.st(base, np_, c, b, "time", "ip"), d.st(other, np_, c, b, "time", "ip")
+            mine_oop = d.st(base, np_, c, b, "time")
+            if not mine or not theirs:
+                row.append("—")
+                continue
+            text = f"{fnum(mine[0])} / {fnum(theirs[0])} ({fnum(theirs[0] / mine[0])}x)"
+            if mine_oop and mine_oop[0] > 0:
+                text += f"; {fnum(mine[0] / mine_oop[0])}"
+            row.append(text)
+        lines.append("| " + " | ".join(row) + " |")
     return lines
 
 
@@ -370,6 +398,14 @@ def main():
             t = comparison_table(d, main_sys, MAIN_BASE, np_, coll, lat_max)
             if t:
                 md += [f"### {coll}, {np_} ranks", ""] + t + [""]
+    if MAIN_BASE in d.systems and "mpi" in d.systems:
+        md += ["## In place", "", f"Time per call in place, medians: {MAIN_BASE} / OpenMPI (MPI_IN_PLACE), the speedup (OpenMPI's "
+               f"time over {MAIN_BASE}'s: > 1, {MAIN_BASE} faster), and {MAIN_BASE}'s in-place time over its out-of-place "
+               f"time. Broadcast is left out (MPI_Bcast has one buffer), and Gloo (one form only).", ""]
+        for np_ in d.nps:
+            t = in_place_table(d, MAIN_BASE, "mpi", np_)
+            if t:
+                md += [f"### In place, {np_} ranks", ""] + t + [""]
     if tcp_colls:
         md += ["## TCP only: topoccl with NCCL_SHM_DISABLE=1, OpenMPI with --mca btl tcp,self, Gloo", ""]
         for np_ in d.nps:
