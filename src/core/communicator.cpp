@@ -1213,77 +1213,105 @@ void Communicator::runGroup(std::vector<Operation>& operations) {
   runGroupLists();
 }
 
-void Communicator::runGroupLists() {
+void Communicator::startGroupLists() {
   transport::disarm(armedBells_);  // left armed by an error in the last call
-  const auto& p2p = groupPointToPoint_;
-  const auto& collectives = groupCollectives_;
-  auto& after = groupAfter_;
-  after.clear();
+  GroupProgress& g = group_;
+  groupAfter_.clear();
   // Point-to-point progresses alongside the collectives; collectives run one after another in
   // call order, which every rank shares, so their connections never interleave.
-  std::unique_ptr<Execution> pointToPoint = p2p.empty() ? nullptr : buildPointToPoint(p2p);
-  std::unique_ptr<Execution> current;
-  size_t next = 0;
+  g.pointToPoint = groupPointToPoint_.empty() ? nullptr : buildPointToPoint(groupPointToPoint_);
+  g.current.reset();
+  g.next = 0;
+  g.loops = 0;
+  g.idle = 0;
+  g.lastMove = {};
+}
+
+bool Communicator::advanceGroup(bool& moved) {
+  GroupProgress& g = group_;
+  const auto& collectives = groupCollectives_;
+  auto& after = groupAfter_;
   auto runAfter = [&] {
     for (auto& fn : after) fn();
     after.clear();
   };
+  if (aborted_.load(std::memory_order_relaxed)) throwInvalidUsage("communicator was aborted (ncclCommAbort)");
+  moved = false;
+  while (!g.current && g.next < collectives.size()) {
+    g.current = buildCollective(*collectives[g.next++], after);
+    if (!g.current) runAfter();  // nothing to move (zero count)
+  }
+  if (g.current && g.current->progress()) {
+    spareExecution_ = std::move(g.current);  // buildCollective may reuse it for the next identical call
+    if (!builtFromSpareCall_) {
+      spareKey_ = builtKey_;
+      spareCall_ = builtCall_;
+      spareCallReusable_ = builtCallReusable_;
+    }
+    runAfter();
+    moved = true;
+  } else if (g.current) {
+    moved |= g.current->movedLastTime();
+  }
+  if (g.pointToPoint && !g.pointToPoint->finished()) {
+    g.pointToPoint->progress();
+    moved |= g.pointToPoint->movedLastTime();
+  }
+  // Transports accept newcomers here (a TCP accept costs a syscall that allocates a socket even
+  // when nobody is waiting), so only transports with connections, and only now and then.
+  if ((++g.loops & 63) == 0)
+    for (auto* t : {localTransport_.get(), shmTransport_.get(), socketTransport_.get()})
+      if (t && usedTransports_.count(t)) t->progress();
+  if (!g.current && g.next >= collectives.size() && (!g.pointToPoint || g.pointToPoint->finished())) return true;
+  // Nothing moved: our peers' work that we can take on meanwhile (an shm receiver copying our large message),
+  // unless ranks share cores: then the time is a peer's own (4-rank broadcast on 2 CPUs: 8 MiB 1.4x slower).
+  if (!moved && g.current && !sharesCores_) moved = g.current->helpPeers();
+  return false;
+}
 
-  // The stall clock starts 256 idle spins after a move: a short wait never reads it.
-  std::chrono::steady_clock::time_point lastMove{};
-  unsigned idle = 0;
+void Communicator::checkStall() {
+  // The stall clock starts 256 idle passes after a move: a short wait never reads it.
+  GroupProgress& g = group_;
+  if ((g.idle & 255) != 0) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (g.idle == 256) g.lastMove = now;
+  if (now - g.lastMove <= timeout_) return;
+  std::string waiting;
+  if (g.current) waiting += g.current->operation() + ":" + g.current->describeWaiting();
+  if (g.pointToPoint && !g.pointToPoint->finished()) waiting += "\n send/recv:" + g.pointToPoint->describeWaiting();
+  throwRemoteError("rank " + std::to_string(rank_) + " made no progress for " + std::to_string(timeout_.count()) +
+                   " ms (TOPOCCL_TIMEOUT_MS); a peer may have died or not called the same operation. Waiting:\n " + waiting);
+}
+
+void Communicator::runGroupLists() {
+  startGroupLists();
+  GroupProgress& g = group_;
+  struct DropOnExit {  // as locals would be, on return and on a throw
+    GroupProgress& g;
+    ~DropOnExit() { g.current.reset(), g.pointToPoint.reset(); }
+  } drop{g};
   unsigned nextPollLook = 0;  // the idle count at which to ask again whether every connection can be poll()ed
-  unsigned loops = 0;
   for (;;) {
-    if (aborted_.load(std::memory_order_relaxed)) throwInvalidUsage("communicator was aborted (ncclCommAbort)");
     bool moved = false;
-    while (!current && next < collectives.size()) {
-      current = buildCollective(*collectives[next++], after);
-      if (!current) runAfter();  // nothing to move (zero count)
-    }
-    if (current && current->progress()) {
-      spareExecution_ = std::move(current);  // buildCollective may reuse it for the next identical call
-      if (!builtFromSpareCall_) {
-        spareKey_ = builtKey_;
-        spareCall_ = builtCall_;
-        spareCallReusable_ = builtCallReusable_;
-      }
-      runAfter();
-      moved = true;
-    } else if (current) {
-      moved |= current->movedLastTime();
-    }
-    if (pointToPoint && !pointToPoint->finished()) {
-      pointToPoint->progress();
-      moved |= pointToPoint->movedLastTime();
-    }
-    // Transports accept newcomers here (a TCP accept costs a syscall that allocates a socket even
-    // when nobody is waiting), so only transports with connections, and only now and then.
-    if ((++loops & 63) == 0)
-      for (auto* t : {localTransport_.get(), shmTransport_.get(), socketTransport_.get()})
-        if (t && usedTransports_.count(t)) t->progress();
-    const bool done = !current && next >= collectives.size() && (!pointToPoint || pointToPoint->finished());
-    if (done) return;
-
-    // Nothing moved: our peers' work that we can take on meanwhile (an shm receiver copying our large message),
-    // unless ranks share cores: then the time is a peer's own (4-rank broadcast on 2 CPUs: 8 MiB 1.4x slower).
-    if (!moved && current && !sharesCores_) moved = current->helpPeers();
+    if (advanceGroup(moved)) return;
     if (moved) {
       if (!armedBells_.empty()) transport::disarm(armedBells_);
-      idle = nextPollLook = 0;
+      g.idle = nextPollLook = 0;
       continue;
     }
     // Spin while our ranks have cores to themselves; yield, then sleep, soon when they share them. Shm and
     // local peers ring a doorbell when they move something (idleBeforeSleep_); when every connection in play
     // is a socket, sleep in poll() instead (idleBeforePoll_): spinning on recv() would take the CPU the
     // kernel's TCP stack needs to move the data we wait for.
-    ++idle;
+    const unsigned idle = ++g.idle;
+    Execution* const current = g.current.get();
+    Execution* const pointToPoint = g.pointToPoint.get();
     bool slept = false;
     if (!armedBells_.empty()) {
       // Armed in the last loop, whose look found nothing since: anything published later rings.
       transport::sleepUntilRung(armedBells_, std::chrono::milliseconds(1));  // abort and the stall clock stay responsive
       slept = true;
-    } else if (idle > idleBeforeSleep_ && armDoorbells(current.get(), pointToPoint.get())) {
+    } else if (idle > idleBeforeSleep_ && armDoorbells(current, pointToPoint)) {
       slept = true;  // one more look at the connections before sleeping, in the next loop
     } else if (idle > idleBeforePoll_ && idle >= nextPollLook) {
       pollFds_.clear();
@@ -1299,18 +1327,65 @@ void Communicator::runGroupLists() {
     }
     if (!slept && idle > spinsBeforeYield_) sched_yield();
     if (!slept && idle > spinsBeforeYield_ + 4096) usleep(50);
-    if ((idle & 255) != 0) continue;
-    const auto now = std::chrono::steady_clock::now();
-    if (idle == 256) lastMove = now;
-    if (now - lastMove > timeout_) {
-      std::string waiting;
-      if (current) waiting += current->operation() + ":" + current->describeWaiting();
-      if (pointToPoint && !pointToPoint->finished()) waiting += "\n send/recv:" + pointToPoint->describeWaiting();
-      throwRemoteError("rank " + std::to_string(rank_) + " made no progress for " +
-                       std::to_string(timeout_.count()) + " ms (TOPOCCL_TIMEOUT_MS); a peer may have died or not " +
-                       "called the same operation. Waiting:\n " + waiting);
-    }
+    checkStall();
   }
+}
+
+size_t Communicator::operationBytes(const std::vector<Operation>& operations) const {
+  size_t bytes = 0;
+  for (const auto& op : operations) {
+    if (const auto* c = std::get_if<CollectiveArgs>(&op)) bytes += selectionBytes(*c, nranks_, dataTypeSize(c->type));
+    else bytes += std::get<PointToPointArgs>(op).count * dataTypeSize(std::get<PointToPointArgs>(op).type);
+  }
+  return bytes;
+}
+
+bool Communicator::beginInterleaved(std::vector<Operation>& operations) {
+  std::string refused;
+  if (refusesWork(refused) || !claimInline()) return false;
+  group_.code = ncclSuccess;
+  group_.message.clear();
+  group_.finished = false;
+  if (failed_.load(std::memory_order_acquire)) {
+    std::lock_guard lock(queueMutex_);
+    group_.code = asyncError_;
+    group_.message = "communicator already failed: " + asyncErrorMessage_;
+    group_.finished = true;
+    return true;
+  }
+  groupPointToPoint_.clear();
+  groupCollectives_.clear();
+  for (const auto& op : operations) {
+    if (const auto* c = std::get_if<CollectiveArgs>(&op)) groupCollectives_.push_back(c);
+    else groupPointToPoint_.push_back(&std::get<PointToPointArgs>(op));
+  }
+  group_.started = false;
+  return true;
+}
+
+bool Communicator::stepInterleaved(bool& moved) {
+  moved = false;
+  if (group_.finished) return true;
+  log::setThreadRank(rank_);
+  const ncclResult_t code = executeBody(group_.message, [&] {
+    if (!group_.started) {
+      startGroupLists();
+      group_.started = true;
+    }
+    group_.finished = advanceGroup(moved);
+    if (group_.finished) return;
+    if (moved) group_.idle = 0;
+    else ++group_.idle, checkStall();
+  });
+  if (code != ncclSuccess) group_.code = code, group_.finished = true;
+  return group_.finished;
+}
+
+ncclResult_t Communicator::endInterleaved(std::string& message) {
+  group_.current.reset(), group_.pointToPoint.reset();  // unfinished only when another could not start: nothing ran
+  message = std::move(group_.message);
+  releaseEngine(false);
+  return group_.finished ? group_.code : ncclSuccess;
 }
 
 void Communicator::recordFailure(ncclResult_t code, const std::string& message) {

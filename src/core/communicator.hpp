@@ -121,6 +121,16 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // hand-offs per blocking call), else queues it behind the running work and waits. The error text
   // goes to `message`. The per-call path of a blocking caller: no allocation, lock or syscall.
   ncclResult_t run(std::vector<Operation>& operations, std::string& message);
+  // A group over several communicators that one thread drives (nccl-tests' -g, ncclCommInitAll's ranks in one
+  // thread): each rank's share moves a pass at a time on the calling thread, interleaved with the others', instead
+  // of through each engine (three thread hand-offs a call). begin claims the idle engine (false, nothing done, when
+  // it is busy or refuses work); step makes one pass and says whether the share finished or failed; end releases
+  // the engine and returns the outcome (the error text in `message`). `operations` must outlive end.
+  bool beginInterleaved(std::vector<Operation>& operations);
+  // What a group moves, as the selection table counts each call (the larger buffer), summed.
+  size_t operationBytes(const std::vector<Operation>& operations) const;
+  bool stepInterleaved(bool& moved);
+  ncclResult_t endInterleaved(std::string& message);
   // run() of one collective, outside a group: the per-call path of a blocking caller, without the group's
   // variant and vector.
   ncclResult_t runCollective(const CollectiveArgs& args, std::string& message);
@@ -172,6 +182,12 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   void runGroup(std::vector<Operation>& operations);
   // Runs groupCollectives_ in order and groupPointToPoint_ alongside, to completion.
   void runGroupLists();
+  // runGroupLists() in parts: startGroupLists builds the point-to-point execution; advanceGroup makes one pass
+  // (true when everything finished; `moved`: whether anything did); checkStall throws once nothing moved for
+  // timeout_.
+  void startGroupLists();
+  bool advanceGroup(bool& moved);
+  void checkStall();
   // Arms the doorbells of every connection the executions wait on; false (and nothing armed) when one of
   // them cannot be slept on that way or none waits.
   bool armDoorbells(Execution* collective, Execution* pointToPoint);
@@ -258,6 +274,16 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::vector<const PointToPointArgs*> groupPointToPoint_;  // runGroup's working lists, kept for their capacity
   std::vector<const CollectiveArgs*> groupCollectives_;
   std::vector<std::function<void()>> groupAfter_;
+  struct GroupProgress {  // the group being run: runGroupLists's, or an interleaved one's between passes
+    std::unique_ptr<Execution> pointToPoint, current;
+    size_t next = 0;  // the next collective of groupCollectives_ to build
+    unsigned loops = 0, idle = 0;
+    std::chrono::steady_clock::time_point lastMove{};
+    bool started = false, finished = false;  // interleaved only
+    ncclResult_t code = ncclSuccess;
+    std::string message;
+  };
+  GroupProgress group_;
   bool sharesCores_ = false;  // other ranks may run on this rank's cores (topo::sharesCores)
   std::unique_ptr<ExecutionTrace> trace_;  // TOPOCCL_TRACE_FILE; null when not set
   int boundCpu_ = -1;         // the CPU this rank bound itself to (TOPOCCL_BIND_OVERSUBSCRIBED), or -1
