@@ -34,6 +34,16 @@ transport::PeerInfo localPeer(int rank) {
   return info;
 }
 
+// Two ranks' executions on the local transport, driven in turn from this thread until both finish.
+bool runBoth(std::vector<std::unique_ptr<Execution>>& ranks) {
+  bool done0 = false, done1 = false;
+  for (int i = 0; i < 10000 && !(done0 && done1); ++i) {
+    done0 = ranks[0]->progress();
+    done1 = ranks[1]->progress();
+  }
+  return done0 && done1;
+}
+
 ResolvedStep step(algo::StepKind kind, const char* src, char* dst, size_t bytes) {
   ResolvedStep s;
   s.kind = kind;
@@ -225,13 +235,7 @@ TEST_CASE("an in-place swap moves every received byte with the copy for sent byt
     ranks.back()->setCopy(&countPlain, &countSent);
   }
   plainCopied = sentCopied = 0;
-  bool done0 = false, done1 = false;
-  for (int i = 0; i < 10000 && !(done0 && done1); ++i) {
-    done0 = ranks[0]->progress();
-    done1 = ranks[1]->progress();
-  }
-  REQUIRE(done0);
-  REQUIRE(done1);
+  REQUIRE(runBoth(ranks));
   CHECK(buffer[0] == original[1]);
   CHECK(buffer[1] == original[0]);
   // Both ways are exercised: rank 0 goes first and bounces, rank 1 then finds some of its sends already read.
@@ -281,13 +285,7 @@ TEST_CASE("an in-place 2-rank recursive-doubling all-reduce reduces into its own
                                                 kSlice, nullptr, slices));
   }
   std::fill(scratch[0].begin(), scratch[0].end(), 0);
-  bool done0 = false, done1 = false;
-  for (int i = 0; i < 10000 && !(done0 && done1); ++i) {
-    done0 = ranks[0]->progress();
-    done1 = ranks[1]->progress();
-  }
-  REQUIRE(done0);
-  REQUIRE(done1);
+  REQUIRE(runBoth(ranks));
   CHECK(buffer[0] == expected);
   CHECK(buffer[1] == expected);
   const size_t bounced = ranks[0]->bouncedSlices() + ranks[1]->bouncedSlices();
