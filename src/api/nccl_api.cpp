@@ -183,27 +183,30 @@ std::optional<ncclResult_t> runInterleaved(std::vector<std::pair<ncclComm*, std:
   std::vector<bool> finished(perComm.size(), false);
   size_t left = perComm.size();
   unsigned idle = 0;
+  ncclResult_t result = ncclSuccess;
   while (left > 0) {
     bool movedAny = false;
     for (size_t i = 0; i < perComm.size(); ++i) {
       if (finished[i]) continue;
       bool moved = false;
-      if (perComm[i].first->impl->stepInterleaved(moved)) finished[i] = true, --left;
-      movedAny |= moved;
+      if (!perComm[i].first->impl->stepInterleaved(moved)) {
+        movedAny |= moved;
+        continue;
+      }
+      // Released as soon as its share is done, as its engine would be: an ncclCommAbort or destroy of it from
+      // another thread need not wait for the rest of the group.
+      finished[i] = true, --left, movedAny = true;
+      const ncclResult_t code = perComm[i].first->impl->endInterleaved(message);
+      if (code != ncclSuccess && result == ncclSuccess) {
+        result = code;
+        setLastError(message);
+      }
     }
     if (movedAny) {
       idle = 0;
     } else if (++idle > 64) {  // waiting on ranks of other threads or processes
       sched_yield();
       if (idle > 64 + 4096) usleep(50);
-    }
-  }
-  ncclResult_t result = ncclSuccess;
-  for (auto& [comm, ops] : perComm) {
-    const ncclResult_t code = comm->impl->endInterleaved(message);
-    if (code != ncclSuccess && result == ncclSuccess) {
-      result = code;
-      setLastError(message);
     }
   }
   return result;

@@ -3,11 +3,13 @@
 // Both must compute the same results, and a rank that never calls must fail the group within the timeout.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "nccl.h"
@@ -94,4 +96,38 @@ TEST_CASE("one thread drives 2 of 3 ranks' group while the third never calls: th
   ncclResult_t async = ncclSuccess;
   CHECK(ncclCommGetAsyncError(c.comms[0], &async) == ncclSuccess);
   CHECK(async != ncclSuccess);
+}
+
+TEST_CASE("a communicator whose share of an interleaved group is done is released before the rest of the group") {
+  // One thread drives a 1-rank communicator (done at once) and rank 0 of a 2-rank one whose rank 1 never calls (it
+  // fails after the timeout). Another thread finalizes the first meanwhile: that must return while the group still
+  // waits, as it would with each share on its own engine.
+  setenv("TOPOCCL_TIMEOUT_MS", "4000", 1);
+  ncclComm_t single = nullptr, pair[2] = {};
+  REQUIRE(ncclCommInitAll(&single, 1, nullptr) == ncclSuccess);
+  REQUIRE(ncclCommInitAll(pair, 2, nullptr) == ncclSuccess);
+  unsetenv("TOPOCCL_TIMEOUT_MS");
+  std::vector<float> in(16, 1.0f), out(16), out0(16);
+  std::atomic<bool> groupEnded{false}, finalizedDuringGroup{false}, finalizeDone{false};
+  ncclResult_t finalizeResult = ncclInternalError;
+  std::thread other([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    finalizeResult = ncclCommFinalize(single);
+    finalizedDuringGroup = !groupEnded.load();
+    finalizeDone = true;
+  });
+  REQUIRE(ncclGroupStart() == ncclSuccess);
+  REQUIRE(ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat, ncclSum, single, nullptr) == ncclSuccess);
+  REQUIRE(ncclAllReduce(in.data(), out0.data(), in.size(), ncclFloat, ncclSum, pair[0], nullptr) == ncclSuccess);
+  const ncclResult_t result = ncclGroupEnd();
+  groupEnded = true;
+  other.join();
+  CHECK(result == ncclRemoteError);  // rank 1 of the pair never called
+  CHECK(finalizeResult == ncclSuccess);
+  CHECK(finalizeDone);
+  CHECK(finalizedDuringGroup);
+  CHECK(out == in);  // the 1-rank all-reduce: the input itself
+  ncclCommDestroy(single);
+  ncclCommAbort(pair[0]);
+  ncclCommAbort(pair[1]);
 }
