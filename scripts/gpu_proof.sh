@@ -5,7 +5,8 @@
 # rank beside it). Device time is scarce: every step has a timeout and the whole run a budget
 # (PROOF_SECONDS, default 330); steps that would start past it are skipped and say so. Logs go to $OUT (the
 # device tool's folder; at most 8 files come back) or .gpu/out. Usage, from the repository root there:
-#   bash .gpu/gpu_proof.sh [steps...]     steps: info p2p staged kernels bandwidth plans coll-threads torch
+#   bash .gpu/gpu_proof.sh [steps...]     steps: info p2p p2p-kernel p2p-threads staged kernels bandwidth plans
+#                                                coll-threads torch
 #                                                coll-processes fusion torch-bench perf nccl-tests lanes stall proto
 #                                                alltoall wide tune mps
 #                                                (default: all, in order)
@@ -69,6 +70,35 @@ fi
 # Point-to-point on GPU buffers and collectives staged through host memory (the host proxy; NCCL_HOSTID makes
 # processes of this one machine different hosts, so their bytes go over TCP).
 want p2p && step p2p 120 "$OUT/staged.log" bin/test_gpu_collectives p2p
+if want p2p-kernel; then
+  # Sends and receives in the plan kernel through the GPU FIFOs (TOPOCCL_GPU_P2P=kernel; auto picks it for ranks on
+  # GPUs of their own, or processes under MPS): checked, then timed against the staged path above.
+  step p2p-kernel 150 "$OUT/p2p.log" bin/test_gpu_collectives p2p-kernel
+  export TOPOCCL_TIMEOUT_MS=20000
+  for n in 2 4; do
+    step "sendrecv_perf -g $n, TOPOCCL_GPU_P2P=kernel" 45 "$OUT/p2p.log" env TOPOCCL_GPU_P2P=kernel NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT \
+      bin/sendrecv_perf --gpu -g "$n" -b 8 -e 512M -f 8 -n 20 -w 5 -c 1
+  done
+  step "alltoallv_perf -g 2 -u 1, TOPOCCL_GPU_P2P=kernel" 45 "$OUT/p2p.log" env TOPOCCL_GPU_P2P=kernel \
+    bin/alltoallv_perf --gpu -g 2 -b 8 -e 64M -f 8 -n 10 -w 2 -c 1 -u 1 -d all
+  unset TOPOCCL_TIMEOUT_MS
+  grep -h -o -E "(run in the plan kernel|go through host memory).*" "$OUT/p2p.log" | sort | uniq -c | tee -a "$summary"
+  grep -h -E "^== sendrecv|^ +(8|32768|2097152|134217728|536870912) |Avg bus" "$OUT/p2p.log" | tee -a "$summary"
+fi
+if want p2p-threads; then
+  # Ranks that are threads, each issuing its own calls, with sends in the plan kernel forced: their launches are not
+  # ordered as collectives' are (launch_order.hpp), which is why auto stages them. Probes one shared hardware queue.
+  for i in 1 2; do
+    step "p2p-kernel, CUDA_DEVICE_MAX_CONNECTIONS=1, run $i" 45 "$OUT/p2p-threads.log" env CUDA_DEVICE_MAX_CONNECTIONS=1 \
+      bin/test_gpu_collectives p2p-kernel
+  done
+  for c in 8 1; do
+    step "sendrecv_perf -t 2, TOPOCCL_GPU_P2P=kernel, CUDA_DEVICE_MAX_CONNECTIONS=$c" 40 "$OUT/p2p-threads.log" \
+      env CUDA_DEVICE_MAX_CONNECTIONS=$c TOPOCCL_GPU_P2P=kernel TOPOCCL_TIMEOUT_MS=10000 \
+      bin/sendrecv_perf --gpu -t 2 -b 8 -e 256M -f 8 -n 20 -w 5 -c 1
+  done
+  grep -h -E "failures|PASSED|FAILED|Avg bus" "$OUT/p2p-threads.log" | tee -a "$summary"
+fi
 want staged && step staged 180 "$OUT/staged.log" bin/test_gpu_collectives staged
 want kernels && step kernels 90 "$OUT/tests.log" bin/test_gpu_kernels
 want bandwidth && step bandwidth 40 "$OUT/perf.log" bin/gpu_kernel_bandwidth --bytes 1073741824 --repeats 20
@@ -97,10 +127,14 @@ if want mps; then
     nvidia-cuda-mps-control -d >>"$OUT/mps.log" 2>&1 && echo "MPS daemon started" | tee -a "$summary"
     step "mps: test_gpu_collectives processes" 60 "$OUT/mps.log" bin/test_gpu_collectives processes
     step "mps: torch" 90 "$OUT/mps.log" "${torch_env[@]}" NCCL_DEBUG=WARN python3 torch_nccl.py
-    step "mps: torch bench topoccl 2 processes" 90 "$OUT/mps.log" "${torch_env[@]}" NCCL_DEBUG=WARN python3 torch_nccl.py --bench
+    step "mps: torch bench topoccl 2 processes" 90 "$OUT/mps.log" "${torch_env[@]}" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT python3 torch_nccl.py --bench
+    # The same with sends and receives through host memory, as before they ran in the plan kernel.
+    [ -n "${MPS_STAGED:-}" ] && step "mps: torch bench topoccl 2 processes, TOPOCCL_GPU_P2P=staged" 90 "$OUT/mps-staged.log" \
+      "${torch_env[@]}" TOPOCCL_GPU_P2P=staged python3 torch_nccl.py --bench
     echo quit | nvidia-cuda-mps-control >>"$OUT/mps.log" 2>&1
     unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-    grep -h "bench world\|shares GPU\|PASSED\|FAILED" "$OUT/mps.log" | tee -a "$summary"
+    grep -h "bench world\|shares GPU\|PASSED\|FAILED\|plan kernel\|host memory" "$OUT/mps.log" | sort | uniq -c | tee -a "$summary"
+    [ -f "$OUT/mps-staged.log" ] && grep -h "send/recv" "$OUT/mps-staged.log" | sed 's/^/staged: /' | tee -a "$summary"
   else
     echo "mps: skipped (no nvidia-cuda-mps-control)" | tee -a "$summary"
   fi
@@ -115,7 +149,10 @@ if want perf; then
   for p in all_gather reduce_scatter alltoall broadcast; do
     step "${p}_perf -g 2" 40 "$OUT/perf.log" "bin/${p}_perf" --gpu -g 2 -b 8 -e 256M -f 8 -n 10 -w 3 -c 1
   done
-  step "sendrecv_perf -g 2 (staged)" 40 "$OUT/perf.log" bin/sendrecv_perf --gpu -g 2 -b 8 -e 256M -f 8 -n 10 -w 3 -c 1
+  step "sendrecv_perf -g 2 (in the plan kernel: one thread issues every rank's calls)" 40 "$OUT/perf.log" \
+    bin/sendrecv_perf --gpu -g 2 -b 8 -e 256M -f 8 -n 10 -w 3 -c 1
+  step "sendrecv_perf -g 2 TOPOCCL_GPU_P2P=staged" 40 "$OUT/perf.log" env TOPOCCL_GPU_P2P=staged \
+    bin/sendrecv_perf --gpu -g 2 -b 8 -e 256M -f 8 -n 10 -w 3 -c 1
   step "all_reduce_perf -g 2 TOPOCCL_GPU_STAGED=always" 40 "$OUT/perf.log" env TOPOCCL_GPU_STAGED=always \
     bin/all_reduce_perf --gpu -g 2 -b 8 -e 256M -f 8 -n 10 -w 3 -c 1
   unset TOPOCCL_TIMEOUT_MS

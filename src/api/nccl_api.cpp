@@ -849,13 +849,16 @@ static ncclResult_t pointToPoint(const char* function, bool isSend, const void* 
     if (tlsGroup.depth == 0 && peer == comm->impl->rank() && count > 0)
       throw Error(ncclInvalidUsage, std::string(function) + " to self outside a group would wait forever; "
                                                             "put the matching send and recv in one ncclGroupStart/End");
-    // GPU buffers go through pinned host memory on the stream (the host transports move them).
+    // GPU buffers: in the plan kernel where the GPU path runs sends and receives, else through pinned host memory on
+    // the stream (the host transports move them).
     if (core::gpuAvailable() && count > 0 && core::isGpuPointer(buffer)) {
       if (tlsGroup.depth > 0) {
         tlsGroup.gpuPointToPoint.push_back({comm, args, stream});
         return ncclSuccess;
       }
-      comm->impl->enqueueStaged(function, {args}, stream);
+      const std::vector<core::PointToPointArgs> single{args};
+      if (comm->impl->pointToPointOnGpuKernel(single)) comm->impl->enqueuePointToPointOnGpu(single, stream);
+      else comm->impl->enqueueStaged(function, {args}, stream);
       return ncclSuccess;
     }
     return enqueue(comm, args);
@@ -877,25 +880,22 @@ TOPOCCL_EXPORT ncclResult_t pncclGroupStart() {
   return ncclSuccess;
 }
 
-// Sets up the GPU path of every grouped communicator that has none, concurrently (the set-up is collective
-// over each communicator's ranks, and one thread may drive several of them), then enqueues the collectives
-// in call order. Each set-up runs on the device that holds the call's buffers.
-static void enqueueGroupedGpuCollectives(const std::vector<PendingGpuCollective>& pending) {
-  std::vector<const PendingGpuCollective*> setUp;
-  for (const PendingGpuCollective& p : pending)
-    if (!p.comm->impl->hasGpuPath() &&
-        std::none_of(setUp.begin(), setUp.end(), [&](const PendingGpuCollective* q) { return q->comm == p.comm; }))
-      setUp.push_back(&p);
+// Sets up the GPU paths of `setUp` (communicator, device) side by side: each set-up is collective over its ranks,
+// and one thread may drive several of them. `forPointToPoint`: a failure leaves their sends and receives staged.
+static void setUpGpuPaths(const std::vector<std::pair<ncclComm*, int>>& setUp, bool forPointToPoint = false) {
+  const auto setUpOne = [&](const std::pair<ncclComm*, int>& s) {
+    if (forPointToPoint) s.first->impl->setUpGpuPathForPointToPoint(s.second);
+    else s.first->impl->ensureGpuPath(s.second);
+  };
   if (setUp.size() == 1) {
-    setUp[0]->comm->impl->ensureGpuPath(core::gpuDeviceOf(setUp[0]->args.recv ? setUp[0]->args.recv : setUp[0]->args.send));
+    setUpOne(setUp[0]);
   } else if (setUp.size() > 1) {
     std::vector<std::thread> threads;
     std::vector<std::optional<Error>> errors(setUp.size());
     for (size_t i = 0; i < setUp.size(); ++i)
       threads.emplace_back([&, i] {
         try {
-          const core::CollectiveArgs& a = setUp[i]->args;
-          setUp[i]->comm->impl->ensureGpuPath(core::gpuDeviceOf(a.recv ? a.recv : a.send));
+          setUpOne(setUp[i]);
         } catch (const Error& e) {
           errors[i] = e;
         }
@@ -904,6 +904,17 @@ static void enqueueGroupedGpuCollectives(const std::vector<PendingGpuCollective>
     for (auto& e : errors)
       if (e) throw *e;
   }
+}
+
+// Sets up the GPU path of every grouped communicator that has none, concurrently (the set-up is collective
+// over each communicator's ranks, and one thread may drive several of them), then enqueues the collectives
+// in call order. Each set-up runs on the device that holds the call's buffers.
+static void enqueueGroupedGpuCollectives(const std::vector<PendingGpuCollective>& pending) {
+  std::vector<std::pair<ncclComm*, int>> setUp;
+  for (const PendingGpuCollective& p : pending)
+    if (!p.comm->impl->hasGpuPath() && std::none_of(setUp.begin(), setUp.end(), [&](const auto& q) { return q.first == p.comm; }))
+      setUp.push_back({p.comm, core::gpuDeviceOf(p.args.recv ? p.args.recv : p.args.send)});
+  setUpGpuPaths(setUp);
   // One communicator (a rank per thread or process, PyTorch's case): its calls in order, a run per stream, which
   // the GPU path fuses into as few launches as it can. Several (one thread driving several ranks, nccl-tests'
   // -g): call by call, every communicator's first call before any second, so that no rank's second launch is
@@ -929,15 +940,34 @@ static void enqueueGroupedGpuCollectives(const std::vector<PendingGpuCollective>
   }
 }
 
-// Stages each communicator's GPU sends and receives of the group as one job, with that communicator's host
-// point-to-point calls of the group folded in (a send on the GPU and a receive in host memory may need each
-// other), on the stream of its first call (the others join it). Returns the jobs that hold host buffers: host
-// calls finish before ncclGroupEnd returns, as they do without a GPU call beside them.
+// Each communicator's GPU sends and receives of the group, on the stream of its first call (the others join it):
+// one launch of the plan kernel where its GPU path runs them (2-rank communicators that one thread drives set
+// theirs up side by side first); else staged as one job, with that communicator's host point-to-point calls of
+// the group folded in (a send on the GPU and a receive in host memory may need each other). Returns the jobs
+// that hold host buffers: host calls finish before ncclGroupEnd returns, as they do without a GPU call beside them.
 static std::vector<std::shared_ptr<core::Work>> enqueueGroupedGpuPointToPoint(
     const std::vector<PendingGpuPointToPoint>& pending, std::vector<std::pair<ncclComm*, core::Operation>>& operations) {
   std::vector<ncclComm*> comms;
   for (const PendingGpuPointToPoint& p : pending)
     if (std::find(comms.begin(), comms.end(), p.comm) == comms.end()) comms.push_back(p.comm);
+  const auto callsOf = [&](ncclComm* comm) {
+    std::vector<core::PointToPointArgs> calls;
+    for (const PendingGpuPointToPoint& p : pending)
+      if (p.comm == comm) calls.push_back(p.args);
+    return calls;
+  };
+  // Every rank of a communicator in this group (one thread drives them all): they set up alike on any rank count.
+  const auto everyRankInGroup = [&](ncclComm* comm) {
+    const auto same = std::count_if(comms.begin(), comms.end(), [&](ncclComm* c) {
+      return c->impl->communicatorHash() == comm->impl->communicatorHash();
+    });
+    return same == comm->impl->nranks();
+  };
+  std::vector<std::pair<ncclComm*, int>> setUp;
+  for (ncclComm* comm : comms)
+    if (const auto calls = callsOf(comm); comm->impl->pointToPointSetsUpGpuPath(calls, everyRankInGroup(comm)))
+      setUp.push_back({comm, core::gpuDeviceOf(calls.front().isSend ? calls.front().send : calls.front().recv)});
+  setUpGpuPaths(setUp, true);
   std::vector<std::shared_ptr<core::Work>> hostJobs;
   for (ncclComm* comm : comms) {
     std::vector<core::Operation> ops;
@@ -946,6 +976,10 @@ static std::vector<std::shared_ptr<core::Work>> enqueueGroupedGpuPointToPoint(
       if (p.comm != comm) continue;
       ops.push_back(p.args);
       if (std::find(streams.begin(), streams.end(), static_cast<void*>(p.stream)) == streams.end()) streams.push_back(p.stream);
+    }
+    if (const auto calls = callsOf(comm); comm->impl->pointToPointOnGpuKernel(calls, everyRankInGroup(comm))) {
+      comm->impl->enqueuePointToPointOnGpu(calls, streams.front(), streams);
+      continue;
     }
     bool folded = false;
     for (auto it = operations.begin(); it != operations.end();) {

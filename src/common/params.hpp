@@ -113,6 +113,10 @@ inline const Param<int64_t> kGpuNChannels{"TOPOCCL_GPU_NCHANNELS", 0,
 inline const Param<std::string> kGpuStaged{"TOPOCCL_GPU_STAGED", "auto",
                                           "GPU collectives through pinned host memory and the host transports (the host "
                                           "proxy): auto = where a peer is on another host, always, or never"};
+inline const Param<std::string> kGpuP2p{"TOPOCCL_GPU_P2P", "auto",
+                                        "ncclSend/ncclRecv on GPU buffers of peers on this host: kernel = in the plan "
+                                        "kernel through the GPU FIFOs, staged = through pinned host memory, auto = kernel "
+                                        "unless threads of one process share a GPU or processes share one without MPS"};
 inline const Param<bool> kGpuFuseGroups{"TOPOCCL_GPU_FUSE_GROUPS", true,
                                         "Run the GPU collectives of one ncclGroupStart/End as one kernel launch where "
                                         "they allow it (same type and reduction, independent buffers); 0 launches each"};

@@ -952,9 +952,51 @@ void Communicator::ensureGpuPath(int device) {
   context.nchannels = std::max(nchannels_, gpuChannels_);
   context.peers = peers_;
   context.timeout = timeout_;
+  context.maxLanes = gpuChannels_;
   context.allGather = [this](void* data, size_t bytes) { bootstrap_->allGather(data, bytes); };
   gpuPath_ = makeGpuPath(context);
   gpuPathForAbort_.store(gpuPath_.get());
+}
+
+bool Communicator::pointToPointSetsUpGpuPath(const std::vector<PointToPointArgs>& ops, bool everyRankInGroup) {
+  if (gpuStaged() || hasGpuPath() || gpuPointToPointSetUpFailed_.load()) return false;
+  if (everyRankInGroup) return true;
+  if (nranks_ != 2) return false;
+  return std::any_of(ops.begin(), ops.end(), [&](const PointToPointArgs& op) { return op.count > 0 && op.peer != rank_; });
+}
+
+bool Communicator::pointToPointOnGpuKernel(const std::vector<PointToPointArgs>& ops, bool everyRankInGroup) {
+  if (gpuStaged()) return false;
+  if (pointToPointSetsUpGpuPath(ops, everyRankInGroup)) {
+    const PointToPointArgs& first = ops.front();
+    setUpGpuPathForPointToPoint(gpuDeviceOf(first.isSend ? first.send : first.recv));
+  }
+  std::lock_guard lock(gpuMutex_);
+  return gpuPath_ != nullptr && gpuPath_->pointToPointLanes(everyRankInGroup) > 0;
+}
+
+void Communicator::setUpGpuPathForPointToPoint(int device) {
+  try {
+    ensureGpuPath(device);
+  } catch (const Error& e) {
+    // The set-up fails alike on every rank (the checks that throw come after the exchange and see the same facts).
+    gpuPointToPointSetUpFailed_.store(true);
+    TOPOCCL_WARN("rank %d: sends and receives on GPU buffers go through host memory: the GPU path could not be set up: %s",
+                 rank_, e.what());
+  }
+}
+
+void Communicator::enqueuePointToPointOnGpu(const std::vector<PointToPointArgs>& ops, void* stream,
+                                            const std::vector<void*>& otherStreams) {
+  if (stopping_.load() || aborted_.load()) throwInvalidUsage("ncclSend/ncclRecv: communicator is being destroyed or was aborted");
+  std::vector<DevicePointToPoint> calls;
+  calls.reserve(ops.size());
+  for (const PointToPointArgs& op : ops)
+    calls.push_back({op.isSend, op.peer, static_cast<const char*>(op.send), static_cast<char*>(op.recv),
+                     static_cast<uint64_t>(op.count) * dataTypeSize(op.type)});
+  std::lock_guard lock(gpuMutex_);
+  if (!gpuPath_) throwInternalError("sends and receives on GPU buffers were enqueued before the GPU path was set up");
+  gpuPath_->enqueuePointToPoint(calls, stream, otherStreams);
 }
 
 std::shared_ptr<Work> Communicator::enqueueStaged(const char* function, std::vector<Operation> operations, void* stream,

@@ -100,6 +100,27 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   void enqueueGroupOnGpu(const char* function, const std::vector<CollectiveArgs>& calls, void* stream);
   // The checks enqueueOnGpu makes before anything is set up or enqueued (for calls deferred to a group's end).
   void checkGpuBuffers(const char* function, const CollectiveArgs& args) const;
+  // Whether this rank's sends and receives on GPU buffers of one group run in the plan kernel
+  // (enqueuePointToPointOnGpu) rather than through host memory (enqueueStaged); sets the GPU path up where that
+  // decides it (pointToPointSetsUpGpuPath). Both ends of a send decide alike: the path is up once a collective on GPU
+  // buffers ran, and every rank orders its collectives alike relative to the sends and receives between two ranks;
+  // on 2 ranks a group that reaches the peer sets it up, since the peer's matching calls do too. Then the path's
+  // TOPOCCL_GPU_P2P decision holds (GpuPath::pointToPointLanes). A send to a GPU buffer then needs its receive on a
+  // GPU buffer too, as in NCCL.
+  bool pointToPointOnGpuKernel(const std::vector<PointToPointArgs>& ops, bool everyRankInGroup = false);
+  // Whether pointToPointOnGpuKernel(ops) would set the GPU path up (collective: a thread that drives several ranks
+  // sets theirs up side by side first). `everyRankInGroup`: this thread's group holds calls of every rank of the
+  // communicator (nccl-tests' -g with all ranks in one process), which then all set up alike, on any rank count.
+  bool pointToPointSetsUpGpuPath(const std::vector<PointToPointArgs>& ops, bool everyRankInGroup = false);
+  // Sets the GPU path up for sends and receives (as ensureGpuPath); where that fails (a peer's GPU without P2P
+  // access, say) they keep going through host memory from then on, on every rank alike, and it says why.
+  void setUpGpuPathForPointToPoint(int device);
+  // Equal on every rank of this communicator, and on no other communicator's (from its unique id).
+  uint64_t communicatorHash() const { return identity_.commHash; }
+  // Enqueues this rank's sends and receives on GPU buffers of one group on `stream` as one kernel launch; returns
+  // at once. Only where pointToPointOnGpuKernel(ops) said so.
+  // `otherStreams` (a group whose calls name several) join `stream` before the launch and wait for it after.
+  void enqueuePointToPointOnGpu(const std::vector<PointToPointArgs>& ops, void* stream, const std::vector<void*>& otherStreams = {});
   // Sets the GPU path up (collective over the ranks) on `device` (-1: the calling thread's), once.
   void ensureGpuPath(int device);
   bool hasGpuPath();
@@ -321,6 +342,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::mutex stagingMutex_;                // enqueueStaged callers: tickets are handed out in submission order
   std::unique_ptr<GpuStaging> gpuStaging_;  // set up by the first staged call
   std::atomic<GpuStaging*> gpuStagingForAbort_{nullptr};
+  std::atomic<bool> gpuPointToPointSetUpFailed_{false};  // setUpGpuPathForPointToPoint
   mutable std::atomic<int> gpuStagedState_{-1};  // gpuStaged(): -1 not decided yet, else 0 / 1
 
   // The last finished collective's execution, reused (reset, no allocation) when the next call resolves to the

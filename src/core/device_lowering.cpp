@@ -163,6 +163,97 @@ LoweredPlan lowerPlan(const algo::Plan& plan, int rank, const PlanBuffers& buffe
   return lowered;
 }
 
+uint32_t pointToPointLanes(uint64_t bytes, uint32_t maxLanes) {
+  uint32_t lanes = 1;
+  while (lanes * 2 <= maxLanes && bytes / (uint64_t{512} << 10) >= lanes * 2) lanes *= 2;
+  return lanes;
+}
+
+LoweredPlan lowerPointToPoint(const std::vector<DevicePointToPoint>& ops, int rank, const DeviceFifoLookup& fifo,
+                              const kernels::DeviceFifoGeometry& geometry, uint32_t maxLanesPerMessage,
+                              uint32_t maxLaunchLanes) {
+  // Lanes keyed by (peer, direction, channel) in the order they first appear; self copies use direction 2.
+  struct LaneSteps {
+    int peer, direction, channel;
+    std::vector<kernels::DeviceSegment> segments;
+    std::vector<uint32_t> stepSegments;  // segments per step
+  };
+  std::vector<LaneSteps> lanes;
+  const auto laneFor = [&](int peer, int direction, int channel) -> LaneSteps& {
+    for (LaneSteps& l : lanes)
+      if (l.peer == peer && l.direction == direction && l.channel == channel) return l;
+    lanes.push_back({peer, direction, channel, {}, {}});
+    return lanes.back();
+  };
+  const uint64_t slot = slotPayloadBytes(kernels::DeviceProtocol::Simple, geometry);
+  // A message's share on lane c of k: cut on 16 bytes, so every share but the last moves in whole packs.
+  const auto addMessage = [&](int peer, int direction, const char* src, char* dst, uint64_t bytes) {
+    const uint32_t k = pointToPointLanes(bytes, std::max<uint32_t>(1, maxLanesPerMessage));
+    for (uint32_t c = 0; c < k; ++c) {
+      const uint64_t begin = bytes * c / k / 16 * 16, end = c + 1 == k ? bytes : bytes * (c + 1) / k / 16 * 16;
+      if (end <= begin) continue;  // both ends cut the same message alike, so both skip it
+      LaneSteps& lane = laneFor(peer, direction, static_cast<int>(c));
+      // Local copies need no slot: one segment.
+      const uint64_t piece = direction == 2 ? end - begin : slot;
+      uint32_t count = 0;
+      for (uint64_t at = begin; at < end; at += piece, ++count) {
+        kernels::DeviceSegment segment;
+        segment.src = src ? src + at : nullptr;
+        segment.dst = dst ? dst + at : nullptr;
+        segment.bytes = std::min(piece, end - at);
+        lane.segments.push_back(segment);
+      }
+      lane.stepSegments.push_back(count);
+    }
+  };
+  std::vector<const DevicePointToPoint*> selfSends, selfRecvs;
+  for (const DevicePointToPoint& op : ops) {
+    if (op.bytes == 0) continue;
+    if (op.peer == rank) {
+      (op.isSend ? selfSends : selfRecvs).push_back(&op);
+      continue;
+    }
+    if (op.isSend) addMessage(op.peer, 0, op.send, nullptr, op.bytes);
+    else addMessage(op.peer, 1, nullptr, op.recv, op.bytes);
+  }
+  if (selfSends.size() != selfRecvs.size())
+    throwInvalidUsage("rank " + std::to_string(rank) + "'s group has " + std::to_string(selfSends.size()) +
+                      " non-empty send(s) to itself and " + std::to_string(selfRecvs.size()) +
+                      " receive(s) from itself; each send to self needs a receive from self in the same group");
+  for (size_t i = 0; i < selfSends.size(); ++i) {
+    if (selfSends[i]->bytes != selfRecvs[i]->bytes)
+      throwInvalidUsage("rank " + std::to_string(rank) + "'s send to itself #" + std::to_string(i + 1) + " has " +
+                        std::to_string(selfSends[i]->bytes) + " bytes but its matching receive " +
+                        std::to_string(selfRecvs[i]->bytes));
+    addMessage(rank, 2, selfSends[i]->send, selfRecvs[i]->recv, selfSends[i]->bytes);
+  }
+  if (lanes.size() > maxLaunchLanes)
+    throwInvalidUsage("rank " + std::to_string(rank) + "'s group of sends and receives needs " + std::to_string(lanes.size()) +
+                      " lanes; the GPU path runs at most " + std::to_string(maxLaunchLanes) + " in one launch");
+  LoweredPlan lowered;
+  lowered.rounds = 1;
+  lowered.elementSize = 1;
+  for (const LaneSteps& l : lanes) {
+    kernels::DeviceLane out;
+    if (l.direction == 0) out.send = fifo(l.peer, l.channel, true);
+    if (l.direction == 1) out.recv = fifo(l.peer, l.channel, false);
+    out.stepBegin = static_cast<uint32_t>(lowered.steps.size());
+    out.stepCount = static_cast<uint32_t>(l.stepSegments.size());
+    uint32_t next = 0;
+    for (uint32_t count : l.stepSegments) {
+      kernels::DeviceStep s;
+      s.kind = l.direction == 0 ? DeviceStepKind::Send : l.direction == 1 ? DeviceStepKind::Recv : DeviceStepKind::Copy;
+      s.segmentBegin = static_cast<uint32_t>(lowered.segments.size());
+      s.segmentCount = count;
+      lowered.segments.insert(lowered.segments.end(), l.segments.begin() + next, l.segments.begin() + next + count);
+      next += count;
+      lowered.steps.push_back(s);
+    }
+    lowered.lanes.push_back(out);
+  }
+  return lowered;
+}
+
 size_t deviceImageBytes(const LoweredPlan& lowered) { return layoutOf(lowered).total; }
 
 bool independentOf(const CallFootprint& call, const std::vector<CallFootprint>& earlier) {

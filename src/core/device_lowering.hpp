@@ -36,6 +36,29 @@ struct LoweredPlan {
 LoweredPlan lowerPlan(const algo::Plan& plan, int rank, const PlanBuffers& buffers, const DeviceFifoLookup& fifo,
                       kernels::DeviceProtocol protocol, const kernels::DeviceFifoGeometry& geometry);
 
+// One send or receive of a group on GPU buffers, as this rank issued it.
+struct DevicePointToPoint {
+  bool isSend = true;
+  int peer = 0;
+  const char* send = nullptr;  // isSend
+  char* recv = nullptr;        // !isSend
+  uint64_t bytes = 0;
+};
+
+// The lanes (connections to the peer on channels 0..k-1) one message of `bytes` spreads over: one per 512 KiB, a
+// power of two, at most `maxLanes`. A function of the message alone, so both ends agree however each grouped it.
+uint32_t pointToPointLanes(uint64_t bytes, uint32_t maxLanes);
+
+// Rank `rank`'s launch for one group of sends and receives, in one round: a lane per peer, direction and channel,
+// whose steps carry, in call order, that channel's share of each message to or from the peer, cut into slot-sized
+// segments. Each connection then carries the same slices on both ends whatever the groups around them, as NCCL
+// matches sends and receives to a peer in order. Lanes never wait for each other, so with every lane resident no
+// FIFO depth can deadlock them. Sends to and receives from `rank` itself pair up in order as local copies.
+// Throws, naming the call, where those do not pair up, and where the launch would need more than `maxLaunchLanes`.
+LoweredPlan lowerPointToPoint(const std::vector<DevicePointToPoint>& ops, int rank, const DeviceFifoLookup& fifo,
+                              const kernels::DeviceFifoGeometry& geometry, uint32_t maxLanesPerMessage,
+                              uint32_t maxLaunchLanes);
+
 // Which lane drives each connection over the plans chained into one launch (a fused group, DevicePlan::next).
 // A lane reads its connections' counters when it starts a plan and each counter has one writer, so a
 // connection must stay with one lane index over the whole chain; then each connection carries the plans'

@@ -69,6 +69,21 @@ int gpuRingLanes(size_t callBytes, int nranks, int maxLanes) {
   return std::clamp(powerOfTwoAtMost(std::max<int64_t>(1, wanted)), std::min(8, most), most);
 }
 
+uint32_t gpuPointToPointMaxLanes(int nranks, int maxLanes) {
+  const int resident = std::clamp(maxLanes, 1, 64);
+  const int directions = 2 * std::max(1, nranks) - 1;
+  return directions > resident ? 0 : static_cast<uint32_t>(powerOfTwoAtMost(resident / directions));
+}
+
+uint32_t gpuPointToPointLanes(const std::string& mode, const GpuPointToPointPlacement& placement, bool everyRankIssuedHere) {
+  if (mode != "auto" && mode != "kernel" && mode != "staged")
+    throwInvalidArgument(std::string(params::kGpuP2p.name()) + "=" + mode + " must be auto, kernel or staged");
+  const uint32_t lanes = gpuPointToPointMaxLanes(placement.nranks, placement.maxLanes);
+  if (mode == "staged") return 0;
+  if (mode == "kernel") return lanes;
+  return placement.processesShareGpuWithoutMps || (placement.threadsShareGpu && !everyRankIssuedHere) ? 0 : lanes;
+}
+
 #if !defined(TOPOCCL_HAVE_CUDA)
 
 GpuIdentity currentGpuIdentity() { return {}; }
@@ -146,6 +161,7 @@ struct FifoExchange {
   uint64_t llWordsPerSlot;
   uint64_t launchOrderKey;  // LaunchOrder::key(), for peers in this process
   unsigned char uuid[16];   // the GPU's, which device ordinals (CUDA_VISIBLE_DEVICES) do not identify across processes
+  int32_t mpsFound;         // an MPS daemon runs for this rank's process (mpsControlFound)
 };
 
 // A device buffer that only grows, in stream order (cudaMallocAsync/cudaFreeAsync): cudaFree and
@@ -218,6 +234,7 @@ class CudaGpuPath final : public GpuPath {
     mine.llWordsPerSlot = geometry_.llWordsPerSlot;
     mine.launchOrderKey = launchOrder_.key();
     std::memcpy(mine.uuid, currentGpuIdentity().uuid, sizeof(mine.uuid));
+    mine.mpsFound = mpsControlFound() ? 1 : 0;
     context.allGather(all.data(), sizeof(FifoExchange));
 
     const transport::PeerInfo& me = context.peers[static_cast<size_t>(context.rank)];
@@ -271,12 +288,14 @@ class CudaGpuPath final : public GpuPath {
       slot.hostCapacity = kInitialImageBytes;
     }
     check(cudaEventCreateWithFlags(&singleRankDone_, cudaEventDisableTiming), "cudaEventCreate");
+    check(cudaEventCreateWithFlags(&joinEvent_, cudaEventDisableTiming), "cudaEventCreate");
     if (!processesOnThisGpu.empty() && !mpsControlFound())
       TOPOCCL_WARN("GPU path: rank %d shares GPU %d with rank(s) %s of other processes and no MPS daemon was found "
                    "($CUDA_MPS_PIPE_DIRECTORY or /tmp/nvidia-mps): the GPU time-slices between processes, so each "
                    "hand-off between them waits for a slice, milliseconds a call. Start MPS (nvidia-cuda-mps-control -d) "
                    "or run these ranks as threads of one process",
                    context.rank, device_, processesOnThisGpu.c_str());
+    placePointToPoint(all);
     watchdog_ = std::thread([this] { watch(); });
     TOPOCCL_INFO(log::kInit, "GPU path: rank %d on GPU %d, %llu-slot FIFOs of %llu bytes, %d channel(s), %u threads a lane%s",
                  context.rank, device_, static_cast<unsigned long long>(geometry_.slotCount),
@@ -304,6 +323,7 @@ class CudaGpuPath final : public GpuPath {
     if (lastDone_) cudaEventSynchronize(lastDone_);
     for (auto& w : watched_) cudaEventDestroy(w.event);
     if (singleRankDone_) cudaEventDestroy(singleRankDone_);
+    if (joinEvent_) cudaEventDestroy(joinEvent_);
     for (auto& slot : slots_) {
       if (slot.done) cudaEventDestroy(slot.done);
       if (slot.host) cudaFreeHost(slot.host);
@@ -368,6 +388,58 @@ class CudaGpuPath final : public GpuPath {
       launchChain(prepared, begin, end, stream, firstCall + end);
       begin = end;
     }
+  }
+
+  uint32_t pointToPointLanes(bool everyRankIssuedHere) const override {
+    return gpuPointToPointLanes(p2pMode_, p2pPlacement_, everyRankIssuedHere);
+  }
+
+  void enqueuePointToPoint(const std::vector<DevicePointToPoint>& calls, void* streamHandle,
+                           const std::vector<void*>& otherStreams) override {
+    std::string failure;
+    if (asyncError(failure) != ncclSuccess) throwInvalidUsage("the GPU path of this communicator failed earlier: " + failure);
+    const uint32_t lanes = gpuPointToPointMaxLanes(p2pPlacement_.nranks, p2pPlacement_.maxLanes);
+    if (lanes == 0) throwInternalError("sends and receives reached the GPU path of a communicator that stages them");
+    const ScopedGpuDevice onOurDevice(device_);
+    auto stream = static_cast<cudaStream_t>(streamHandle);
+    const LoweredPlan lowered = lowerPointToPoint(
+        calls, context_.rank, [&](int peer, int channel, bool sending) { return fifo(peer, channel, sending); }, geometry_,
+        lanes, kMaxLanes);
+    if (lowered.lanes.empty()) return;  // nothing but empty messages
+    // After this communicator's earlier launches, which share the FIFO counters and lane counters. Not ordered
+    // with the thread ranks sharing our GPU (launch_order.hpp counts collectives, which every rank calls alike):
+    // pointToPointLanes stages sends and receives where such ranks issue their own calls, unless TOPOCCL_GPU_P2P=kernel.
+    if (lastStream_ != nullptr && lastStream_ != stream) check(cudaStreamWaitEvent(stream, lastDone_, 0), "ordering after the previous launch");
+    for (void* other : otherStreams) {
+      if (other == streamHandle) continue;
+      check(cudaEventRecord(joinEvent_, static_cast<cudaStream_t>(other)), "cudaEventRecord");
+      check(cudaStreamWaitEvent(stream, joinEvent_, 0), "joining the group's other streams");
+    }
+    size_t sends = 0, receives = 0;
+    uint64_t bytes = 0;
+    for (const DevicePointToPoint& c : calls) {
+      (c.isSend ? sends : receives) += c.bytes > 0 ? 1 : 0;
+      bytes += c.isSend ? c.bytes : 0;
+    }
+    const std::string what = std::to_string(sends) + " send(s) (" + std::to_string(bytes) + " bytes) and " +
+                             std::to_string(receives) + " receive(s) of a group";
+    const size_t imageBytes = (deviceImageBytes(lowered) + 63) / 64 * 64;
+    ImageSlot& slot = reserveImageSlot(imageBytes, stream);
+    kernels::DevicePlan header;
+    header.protocol = kernels::DeviceProtocol::Simple;
+    header.geometry = geometry_;
+    header.laneDone = laneDone_;
+    header.launchBase = ++launches_ << 32;
+    header.abortFlag = deviceFlags_;
+    header.status = deviceFlags_ + 1;
+    writeDeviceImage(lowered, header, slot.host, reinterpret_cast<uintptr_t>(slot.device));
+    check(cudaMemcpyAsync(slot.device, slot.host, imageBytes, cudaMemcpyHostToDevice, stream), "uploading the plan");
+    check(kernels::launchPlan(DataType::Uint8, ReduceOp::Sum, false, reinterpret_cast<const kernels::DevicePlan*>(slot.device),
+                              static_cast<uint32_t>(lowered.lanes.size()), threads_, stream),
+          "launching " + what);
+    finishLaunch(slot, what, stream);
+    for (void* other : otherStreams)
+      if (other != streamHandle) check(cudaStreamWaitEvent(static_cast<cudaStream_t>(other), slot.done, 0), "ordering the group's other streams");
   }
 
   void drivenByThisThread() override { launchOrder_.drivenByThisThread(); }
@@ -498,30 +570,13 @@ class CudaGpuPath final : public GpuPath {
   // One launch for calls [begin, end): their plan images back to back in one slot, each pointing at the next.
   // `callsAfter`: this rank's GPU calls once these are enqueued.
   void launchChain(const std::vector<PreparedCall>& prepared, size_t begin, size_t end, cudaStream_t stream, uint64_t callsAfter) {
-    ImageSlot& slot = slots_[nextSlot_++ % kImageSlots];
-    if (slot.used) check(cudaEventSynchronize(slot.done), "waiting for an earlier launch");
     std::vector<size_t> offsets;
     size_t imageBytes = 0;
     for (size_t k = begin; k < end; ++k) {
       offsets.push_back(imageBytes);
       imageBytes += (deviceImageBytes(prepared[k].lowered) + 63) / 64 * 64;
     }
-    if (imageBytes > slot.hostCapacity) {
-      // Rare (a plan of many steps): freeing pinned memory may wait for the device, so the old buffer is kept.
-      retiredHost_.push_back(slot.host);
-      slot.host = nullptr;
-      slot.hostCapacity = 0;
-      const size_t grown = std::max(imageBytes, 2 * kInitialImageBytes);
-      check(cudaHostAlloc(reinterpret_cast<void**>(&slot.host), grown, cudaHostAllocDefault), "cudaHostAlloc of a plan image");
-      slot.hostCapacity = grown;
-    }
-    if (imageBytes > slot.capacity) {
-      if (slot.device) check(cudaFreeAsync(slot.device, stream), "cudaFreeAsync of a plan image");
-      slot.device = nullptr;
-      slot.capacity = 0;
-      check(allocateOnStream(reinterpret_cast<void**>(&slot.device), imageBytes, stream), "cudaMallocAsync of a plan image");
-      slot.capacity = imageBytes;
-    }
+    ImageSlot& slot = reserveImageSlot(imageBytes, stream);
     uint32_t lanes = 0;
     bool reduces = false;
     ReduceOp kernelOp = ReduceOp::Sum;
@@ -575,18 +630,7 @@ class CudaGpuPath final : public GpuPath {
                                     static_cast<uint64_t>(context_.nranks), stream),
               "dividing the sum (integer Avg)");
     }
-    check(cudaEventRecord(slot.done, stream), "cudaEventRecord");
-    slot.used = true;
-    lastDone_ = slot.done;
-    lastStream_ = stream;
-
-    cudaEvent_t watched = nullptr;
-    check(cudaEventCreateWithFlags(&watched, cudaEventDisableTiming), "cudaEventCreate");
-    check(cudaEventRecord(watched, stream), "cudaEventRecord");
-    {
-      std::lock_guard lock(mutex_);
-      watched_.push_back({watched, std::chrono::steady_clock::now(), what});
-    }
+    finishLaunch(slot, what, stream);
     if (orderFailure) std::rethrow_exception(orderFailure);
   }
 
@@ -603,6 +647,73 @@ class CudaGpuPath final : public GpuPath {
     std::chrono::steady_clock::time_point since;
     std::string what;
   };
+
+  // The next of the image slots, once the launch that last used it is done, grown to `imageBytes`.
+  ImageSlot& reserveImageSlot(size_t imageBytes, cudaStream_t stream) {
+    ImageSlot& slot = slots_[nextSlot_++ % kImageSlots];
+    if (slot.used) check(cudaEventSynchronize(slot.done), "waiting for an earlier launch");
+    if (imageBytes > slot.hostCapacity) {
+      // Rare (a plan of many steps): freeing pinned memory may wait for the device, so the old buffer is kept.
+      retiredHost_.push_back(slot.host);
+      slot.host = nullptr;
+      slot.hostCapacity = 0;
+      const size_t grown = std::max(imageBytes, 2 * kInitialImageBytes);
+      check(cudaHostAlloc(reinterpret_cast<void**>(&slot.host), grown, cudaHostAllocDefault), "cudaHostAlloc of a plan image");
+      slot.hostCapacity = grown;
+    }
+    if (imageBytes > slot.capacity) {
+      if (slot.device) check(cudaFreeAsync(slot.device, stream), "cudaFreeAsync of a plan image");
+      slot.device = nullptr;
+      slot.capacity = 0;
+      check(allocateOnStream(reinterpret_cast<void**>(&slot.device), imageBytes, stream), "cudaMallocAsync of a plan image");
+      slot.capacity = imageBytes;
+    }
+    return slot;
+  }
+
+  // After a launch on `stream`: the slot's event, the ordering of later launches, and the watchdog's entry.
+  void finishLaunch(ImageSlot& slot, const std::string& what, cudaStream_t stream) {
+    check(cudaEventRecord(slot.done, stream), "cudaEventRecord");
+    slot.used = true;
+    lastDone_ = slot.done;
+    lastStream_ = stream;
+    cudaEvent_t watched = nullptr;
+    check(cudaEventCreateWithFlags(&watched, cudaEventDisableTiming), "cudaEventCreate");
+    check(cudaEventRecord(watched, stream), "cudaEventRecord");
+    std::lock_guard lock(mutex_);
+    watched_.push_back({watched, std::chrono::steady_clock::now(), what});
+  }
+
+  // Where the ranks sit, as sends and receives care (gpuPointToPointLanes), alike on every rank from what all
+  // exchanged; says at set-up how they will run.
+  void placePointToPoint(const std::vector<FifoExchange>& all) {
+    p2pMode_ = params::kGpuP2p.get();
+    const int n = context_.nranks;
+    p2pPlacement_.nranks = n;
+    p2pPlacement_.maxLanes = std::min<int>(static_cast<int>(kMaxLanes), context_.maxLanes);
+    for (int q = 0; q < n; ++q)
+      for (int p = q + 1; p < n; ++p) {
+        const FifoExchange &a = all[static_cast<size_t>(q)], &b = all[static_cast<size_t>(p)];
+        if (std::memcmp(a.uuid, b.uuid, sizeof(a.uuid)) != 0) continue;
+        if (context_.peers[static_cast<size_t>(q)].processToken == context_.peers[static_cast<size_t>(p)].processToken)
+          p2pPlacement_.threadsShareGpu = true;
+        else if (!a.mpsFound || !b.mpsFound)
+          p2pPlacement_.processesShareGpuWithoutMps = true;
+      }
+    const uint32_t alone = gpuPointToPointLanes(p2pMode_, p2pPlacement_, false);  // validates the mode
+    const uint32_t driven = gpuPointToPointLanes(p2pMode_, p2pPlacement_, true);
+    const char* where = "sends and receives on GPU buffers";
+    if (alone > 0)
+      TOPOCCL_INFO(log::kInit, "rank %d: %s run in the plan kernel, up to %u lane(s) a message", context_.rank, where, alone);
+    else if (driven > 0)
+      TOPOCCL_INFO(log::kInit, "rank %d: %s run in the plan kernel, up to %u lane(s) a message, where one thread issues every "
+                   "rank's calls; else through host memory, since ranks that are threads share a GPU (TOPOCCL_GPU_P2P)",
+                   context_.rank, where, driven);
+    else
+      TOPOCCL_INFO(log::kInit, "rank %d: %s go through host memory (TOPOCCL_GPU_P2P=%s%s)", context_.rank, where, p2pMode_.c_str(),
+                   gpuPointToPointMaxLanes(n, p2pPlacement_.maxLanes) == 0 ? "; a group could need more lanes than stay resident"
+                   : p2pPlacement_.processesShareGpuWithoutMps ? "; processes share a GPU without MPS" : "");
+  }
 
   size_t fifoBytes() const {
     return sizeof(kernels::DeviceFifoCounters) + geometry_.simpleBytes() + geometry_.lowLatencyBytes();
@@ -690,11 +801,14 @@ class CudaGpuPath final : public GpuPath {
   std::vector<char*> retiredHost_;  // outgrown pinned image buffers, freed with the communicator
   size_t nextSlot_ = 0;
   uint64_t launches_ = 0;
+  std::string p2pMode_ = "auto";  // placePointToPoint
+  GpuPointToPointPlacement p2pPlacement_;
   LaunchOrder launchOrder_;
   uint64_t callsEnqueued_ = 0;  // this rank's non-empty GPU calls so far (every rank counts the same)
   cudaStream_t lastStream_ = nullptr;
   cudaEvent_t lastDone_ = nullptr;
   cudaEvent_t singleRankDone_ = nullptr;  // one-rank communicators copy instead of launching
+  cudaEvent_t joinEvent_ = nullptr;       // a group's other streams, joined before a launch
   mutable std::mutex mutex_;
   std::deque<Watched> watched_;
   std::string failure_;

@@ -17,6 +17,7 @@
 #include "algorithms/plan.hpp"
 #include "algorithms/selection.hpp"
 #include "common/datatype.hpp"
+#include "core/device_lowering.hpp"
 #include "kernels/device_plan.hpp"
 #include "transport/transport.hpp"
 
@@ -68,12 +69,31 @@ int gpuMaxRingLanes(int multiprocessors, int ranksOnGpu, size_t fifoBytesPerLane
 // if lower) up to the most. Every rank computes the same from the same call.
 int gpuRingLanes(size_t callBytes, int nranks, int maxLanes);
 
+// Where the ranks of a communicator sit, as sends and receives on GPU buffers care (every rank computes the same).
+struct GpuPointToPointPlacement {
+  int nranks = 1;
+  int maxLanes = 8;  // lanes a rank's launch may run with every lane of the ranks on its GPU resident
+  bool threadsShareGpu = false;           // two ranks that are threads of one process use one GPU
+  bool processesShareGpuWithoutMps = false;
+};
+// The lanes one message of a group may spread over in the plan kernel: a group with every peer in both directions
+// and a self copy, 2 x nranks - 1 connections, must fit the resident lanes (and the kernel's 64). 0: it may not.
+uint32_t gpuPointToPointMaxLanes(int nranks, int maxLanes);
+// How one group of sends and receives runs: its lanes a message in the plan kernel, or 0 through host memory.
+// `mode`: TOPOCCL_GPU_P2P (auto, kernel or staged). Auto stages them where processes share a GPU without MPS (a
+// time slice every hand-off) and where ranks that are threads of one process share a GPU, unless
+// `everyRankIssuedHere` (one thread issues the group of every rank, nccl-tests' -g, which orders their launches):
+// their launches are ordered for collectives, not for sends, and a send's kernel could hold a hardware queue a
+// peer's receive waits in (perf/RESULTS.md, session 43: stalls with CUDA_DEVICE_MAX_CONNECTIONS=1).
+uint32_t gpuPointToPointLanes(const std::string& mode, const GpuPointToPointPlacement& placement, bool everyRankIssuedHere);
+
 struct GpuPathContext {
   int rank = 0;
   int nranks = 0;
   int nchannels = 1;
   std::vector<transport::PeerInfo> peers;
   std::chrono::milliseconds timeout{60000};
+  int maxLanes = 8;  // lanes one launch of this rank may run with every lane of the ranks on its GPU resident
   // Collective over the communicator: every rank's `bytesPerRank` bytes, in rank order, in place.
   std::function<void(void* data, size_t bytesPerRank)> allGather;
 };
@@ -95,6 +115,15 @@ class GpuPath {
   // element type and reduction kernel, no buffer one writes that another reads or writes, and every
   // connection on one lane. Throws on bad input (unsupported operators) before enqueuing anything.
   virtual void enqueue(const std::vector<GpuCall>& calls, void* stream) = 0;
+  // Over how many lanes one message of a group of sends and receives spreads where they run in the plan kernel
+  // (enqueuePointToPoint), or 0 where they go through host memory instead (TOPOCCL_GPU_P2P). Every rank of the
+  // communicator decides alike, from what all exchanged at set-up and `everyRankIssuedHere`: the calling thread
+  // issues this group for every rank of the communicator (nccl-tests' -g), which orders their launches itself.
+  virtual uint32_t pointToPointLanes(bool everyRankIssuedHere) const = 0;
+  // Enqueues this rank's sends and receives of one group (in call order) on `stream` as one launch, and returns.
+  // `otherStreams` join `stream` before the launch and wait for it after.
+  virtual void enqueuePointToPoint(const std::vector<DevicePointToPoint>& calls, void* stream,
+                                   const std::vector<void*>& otherStreams) = 0;
   // The calling thread now issues this rank's calls (a group that spans several communicators): peers it also
   // drives are not waited for (launch_order.hpp), since it issues their calls in call order itself.
   virtual void drivenByThisThread() = 0;

@@ -133,6 +133,39 @@ struct RankComm {
   std::vector<std::vector<Pack16>> images;  // one per launch of the last Harness::launch
 };
 
+// Runs each rank's launches in order on its own "stream" thread, each launch a thread group of `workers` per lane
+// as the CUDA kernel runs it; a stopped launch ends its rank's stream. `launched`: ranks that run (empty: all).
+// Returns how many workers stopped early.
+int runRankStreams(std::vector<RankComm>& comms, LaneFn run, size_t workers, const std::vector<bool>& launched = {}) {
+  std::atomic<int> stopped{0};
+  std::vector<std::thread> streams;
+  for (size_t r = 0; r < comms.size(); ++r) {
+    if (!launched.empty() && !launched[r]) continue;
+    streams.emplace_back([&, r] {
+      for (const auto& image : comms[r].images) {
+        const auto* plan = reinterpret_cast<const DevicePlan*>(image.data());
+        uint32_t lanes = 0;
+        for (const DevicePlan* p = plan; p; p = p->next) lanes = std::max(lanes, p->laneCount);
+        std::vector<std::unique_ptr<HostBlockGroup>> groups;
+        std::vector<std::thread> threads;
+        for (uint32_t lane = 0; lane < lanes; ++lane) {
+          groups.push_back(std::make_unique<HostBlockGroup>(workers));
+          HostBlockGroup* group = groups.back().get();
+          for (size_t w = 0; w < workers; ++w)
+            threads.emplace_back([=, &stopped] {
+              HostBlock block{group, w, workers};
+              if (!run(plan, lane, block)) stopped.fetch_add(1);
+            });
+        }
+        for (auto& t : threads) t.join();
+        if (comms[r].status != kPlanRunning) break;  // a stopped launch ends the stream
+      }
+    });
+  }
+  for (auto& t : streams) t.join();
+  return stopped.load();
+}
+
 unsigned char* bytesOf(std::vector<Pack16>& v) { return reinterpret_cast<unsigned char*>(v.data()); }
 
 // Small integers, so every sum and product is exact in every type and in any order.
@@ -254,34 +287,8 @@ class Harness {
     }
     const Case& first = calls_[0];
     const LaneFn run = kLaneTable[static_cast<size_t>(first.type)][static_cast<size_t>(first.laneOp.value_or(first.op))];
-    const size_t workers = first.workers;
-    std::atomic<int> stopped{0};
-    std::vector<std::thread> streams;
-    for (int r = 0; r < nranks_; ++r) {
-      if (!launched.empty() && !launched[static_cast<size_t>(r)]) continue;
-      streams.emplace_back([&, r] {
-        for (const auto& image : comms_[static_cast<size_t>(r)].images) {
-          const auto* plan = reinterpret_cast<const DevicePlan*>(image.data());
-          uint32_t lanes = 0;
-          for (const DevicePlan* p = plan; p; p = p->next) lanes = std::max(lanes, p->laneCount);
-          std::vector<std::unique_ptr<HostBlockGroup>> groups;
-          std::vector<std::thread> threads;
-          for (uint32_t lane = 0; lane < lanes; ++lane) {
-            groups.push_back(std::make_unique<HostBlockGroup>(workers));
-            HostBlockGroup* group = groups.back().get();
-            for (size_t w = 0; w < workers; ++w)
-              threads.emplace_back([=, &stopped] {
-                HostBlock block{group, w, workers};
-                if (!run(plan, lane, block)) stopped.fetch_add(1);
-              });
-          }
-          for (auto& t : threads) t.join();
-          if (comms_[static_cast<size_t>(r)].status != kPlanRunning) break;  // a stopped launch ends the stream
-        }
-      });
-    }
-    for (auto& t : streams) t.join();
-    if (stopped.load() > 0) return std::to_string(stopped.load()) + " workers stopped early";
+    const int stopped = runRankStreams(comms_, run, first.workers, launched);
+    if (stopped > 0) return std::to_string(stopped) + " workers stopped early";
     for (int r = 0; r < nranks_; ++r)
       if (comms_[static_cast<size_t>(r)].status != kPlanRunning) return "rank " + std::to_string(r) + " status is aborted";
     for (size_t k = 0; k < calls_.size(); ++k)
@@ -601,3 +608,211 @@ TEST_CASE("device lowering: a plan needing more FIFO slots than there are is ref
   CHECK(core::lowerPlan(plan, 0, buffers, noFifo, DeviceProtocol::Simple, g).lanes.size() == 1);
 }
 
+
+namespace {
+
+// One message of a point-to-point test: its bytes in the sender's memory and the receiver's, each at an offset
+// that is not 16-aligned, between guard bytes the lanes must leave alone.
+struct PointToPointMessage {
+  int from = 0, to = 0;
+  uint64_t bytes = 0;
+  std::vector<unsigned char> sendStore, recvStore;
+  size_t sendShift = 0, recvShift = 0;
+  unsigned char* send() { return sendStore.data() + sendShift; }
+  unsigned char* recv() { return recvStore.data() + recvShift; }
+};
+
+constexpr unsigned char kGuard = 0xa5;
+
+std::unique_ptr<PointToPointMessage> drawMessage(int from, int to, uint64_t bytes, TestRng& rng) {
+  auto m = std::make_unique<PointToPointMessage>();
+  m->from = from, m->to = to, m->bytes = bytes;
+  m->sendShift = rng() % 16, m->recvShift = rng() % 16;
+  m->sendStore.assign(bytes + 32, kGuard);
+  m->recvStore.assign(bytes + 32, kGuard);
+  for (uint64_t i = 0; i < bytes; ++i) m->send()[i] = static_cast<unsigned char>(rng());
+  return m;
+}
+
+std::string checkMessage(PointToPointMessage& m, size_t index) {
+  const std::string which = "message " + std::to_string(index) + " (" + std::to_string(m.from) + " -> " + std::to_string(m.to) +
+                            ", " + std::to_string(m.bytes) + " bytes)";
+  if (m.bytes > 0 && std::memcmp(m.send(), m.recv(), m.bytes) != 0) {
+    uint64_t i = 0;
+    while (m.send()[i] == m.recv()[i]) ++i;
+    return which + ": byte " + std::to_string(i) + " differs";
+  }
+  for (size_t i = 0; i < m.recvStore.size(); ++i)
+    if ((i < m.recvShift || i >= m.recvShift + m.bytes) && m.recvStore[i] != kGuard)
+      return which + ": the receiver's byte " + std::to_string(i) + " outside the message was written";
+  return {};
+}
+
+// Each rank's sends and receives of `messages` in an order of its own that keeps NCCL's matching (per peer and
+// direction, call order), self messages included.
+std::vector<std::vector<core::DevicePointToPoint>> interleavedCalls(int nranks, std::vector<std::unique_ptr<PointToPointMessage>>& messages,
+                                                                   TestRng& rng) {
+  std::vector<std::vector<core::DevicePointToPoint>> calls(static_cast<size_t>(nranks));
+  for (int r = 0; r < nranks; ++r) {
+    // Queues per (peer, direction) in message order, then drained in a random order.
+    std::map<std::pair<int, bool>, std::vector<core::DevicePointToPoint>> queues;
+    for (auto& m : messages) {
+      if (m->from == r) queues[{m->to, true}].push_back({true, m->to, reinterpret_cast<const char*>(m->send()), nullptr, m->bytes});
+      if (m->to == r) queues[{m->from, false}].push_back({false, m->from, nullptr, reinterpret_cast<char*>(m->recv()), m->bytes});
+    }
+    std::vector<std::pair<std::vector<core::DevicePointToPoint>*, size_t>> heads;
+    for (auto& [key, queue] : queues) heads.push_back({&queue, 0});
+    while (!heads.empty()) {
+      const size_t pick = rng() % heads.size();
+      auto& [queue, next] = heads[pick];
+      calls[static_cast<size_t>(r)].push_back((*queue)[next++]);
+      if (next == queue->size()) heads.erase(heads.begin() + static_cast<std::ptrdiff_t>(pick));
+    }
+  }
+  return calls;
+}
+
+// Lowers each rank's launches (lists of its calls) with lowerPointToPoint over `fabric` and runs them; "" or what
+// went wrong.
+std::string runPointToPoint(HostFabric& fabric, std::vector<RankComm>& comms,
+                            const std::vector<std::vector<std::vector<core::DevicePointToPoint>>>& launches,
+                            uint32_t lanesPerMessage, size_t workers, uint64_t& launchBases) {
+  for (size_t r = 0; r < comms.size(); ++r) {
+    RankComm& comm = comms[r];
+    comm.images.clear();
+    for (const auto& calls : launches[r]) {
+      const core::LoweredPlan lowered = core::lowerPointToPoint(
+          calls, static_cast<int>(r), [&](int peer, int channel, bool sending) {
+            return sending ? fabric.fifo(static_cast<int>(r), peer, channel) : fabric.fifo(peer, static_cast<int>(r), channel);
+          },
+          fabric.geometry(), lanesPerMessage, static_cast<uint32_t>(comm.laneDone.size()));
+      std::vector<Pack16> image((core::deviceImageBytes(lowered) + sizeof(Pack16) - 1) / sizeof(Pack16), Pack16{});
+      DevicePlan header;
+      header.protocol = DeviceProtocol::Simple;
+      header.geometry = fabric.geometry();
+      header.laneDone = comm.laneDone.data();
+      header.launchBase = ++launchBases << 32;
+      header.status = &comm.status;
+      core::writeDeviceImage(lowered, header, image.data(), reinterpret_cast<uintptr_t>(image.data()));
+      comm.images.push_back(std::move(image));
+    }
+  }
+  const LaneFn run = kLaneTable[static_cast<size_t>(DataType::Uint8)][static_cast<size_t>(ReduceOp::Sum)];
+  if (const int stopped = runRankStreams(comms, run, workers); stopped > 0) return std::to_string(stopped) + " workers stopped early";
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("device lowering: groups of sends and receives on 1-5 ranks move every byte, split over lanes by size") {
+  const uint64_t seed = testSeed();
+  INFO("seed " << seed);
+  TestRng rng(seed);
+  const uint64_t small[] = {0, 1, 15, 16, 17, 255, 256, 257, 4099, 65537};
+  int launchesRun = 0;
+  for (int nranks = 1; nranks <= 5; ++nranks) {
+    for (uint32_t lanesPerMessage : {1u, 2u, 4u}) {
+      DeviceFifoGeometry geometry;
+      geometry.slotCount = 2 + rng() % 3;
+      geometry.slotBytes = 16 << (rng() % 2 ? 12 : 4);  // 256 B or 64 KiB slots
+      HostFabric fabric(geometry);
+      std::vector<RankComm> comms(static_cast<size_t>(nranks));
+      uint64_t launchBases = 0;
+      const size_t workers = 1 + rng() % 2;
+      // Phases over the same FIFOs: one launch per rank each, so counters carry over.
+      for (int phase = 0; phase < 3; ++phase) {
+        std::vector<std::unique_ptr<PointToPointMessage>> messages;
+        for (int a = 0; a < nranks; ++a)
+          for (int b = 0; b < nranks; ++b)
+            for (uint64_t k = rng() % 3; k > 0; --k) {
+              // Past 512 KiB a message spreads over several lanes: 1.25 MiB over 2, 2.5 MiB + 3 over 4.
+              const uint64_t bytes = rng() % 16 == 0 ? (rng() % 2 ? (5u << 18) : (5u << 19) + 3) : small[rng() % std::size(small)];
+              messages.push_back(drawMessage(a, b, bytes, rng));
+            }
+        auto calls = interleavedCalls(nranks, messages, rng);
+        std::vector<std::vector<std::vector<core::DevicePointToPoint>>> launches(static_cast<size_t>(nranks));
+        for (int r = 0; r < nranks; ++r) launches[static_cast<size_t>(r)].push_back(calls[static_cast<size_t>(r)]);
+        INFO(nranks << " ranks, " << lanesPerMessage << " lanes a message at most, " << geometry.slotCount << " slots of "
+                    << geometry.slotBytes << " bytes, " << workers << " workers, phase " << phase << ", "
+                    << messages.size() << " messages");
+        REQUIRE(runPointToPoint(fabric, comms, launches, lanesPerMessage, workers, launchBases) == "");
+        for (size_t i = 0; i < messages.size(); ++i) REQUIRE(checkMessage(*messages[i], i) == "");
+        ++launchesRun;
+      }
+    }
+  }
+  CHECK(launchesRun == 45);
+  // The split: lanes by size, one per 512 KiB, a power of two, within the limit.
+  CHECK(core::pointToPointLanes(0, 8) == 1);
+  CHECK(core::pointToPointLanes((1 << 20) - 1, 8) == 1);
+  CHECK(core::pointToPointLanes(1 << 20, 8) == 2);
+  CHECK(core::pointToPointLanes(3 << 20, 8) == 4);
+  CHECK(core::pointToPointLanes(uint64_t{1} << 32, 8) == 8);
+  CHECK(core::pointToPointLanes(uint64_t{1} << 32, 6) == 4);
+}
+
+TEST_CASE("device lowering: sends and receives arrive alike however each rank cuts its calls into groups") {
+  // A sender's group and its receiver's need not match: each connection carries each message's slices alike.
+  // Every rank sends before it receives and every message fits the FIFO, so no send waits for its receiver and
+  // any cut runs to completion (a receive cut ahead of a send its peer waits for would deadlock, as in NCCL).
+  const uint64_t seed = testSeed();
+  INFO("seed " << seed);
+  TestRng rng(seed);
+  for (int trial = 0; trial < 12; ++trial) {
+    const int nranks = 2 + trial % 3;
+    DeviceFifoGeometry geometry;
+    geometry.slotCount = 8;
+    geometry.slotBytes = 256;
+    HostFabric fabric(geometry);
+    std::vector<RankComm> comms(static_cast<size_t>(nranks));
+    uint64_t launchBases = 0;
+    std::vector<std::unique_ptr<PointToPointMessage>> messages;
+    for (int a = 0; a < nranks; ++a)
+      for (int b = 0; b < nranks; ++b)
+        if (a != b)
+          for (int k = 0; k < 2; ++k) messages.push_back(drawMessage(a, b, rng() % 513, rng));  // at most 3 slots
+    auto calls = interleavedCalls(nranks, messages, rng);
+    std::vector<std::vector<std::vector<core::DevicePointToPoint>>> launches(static_cast<size_t>(nranks));
+    for (int r = 0; r < nranks; ++r) {
+      auto& mine = launches[static_cast<size_t>(r)];
+      auto& ordered = calls[static_cast<size_t>(r)];
+      std::stable_partition(ordered.begin(), ordered.end(), [](const core::DevicePointToPoint& c) { return c.isSend; });
+      for (const auto& call : ordered) {
+        if (mine.empty() || rng() % 3 == 0) mine.emplace_back();
+        mine.back().push_back(call);
+      }
+    }
+    INFO("trial " << trial << ", " << nranks << " ranks");
+    REQUIRE(runPointToPoint(fabric, comms, launches, 1, 1 + trial % 2, launchBases) == "");
+    for (size_t i = 0; i < messages.size(); ++i) REQUIRE(checkMessage(*messages[i], i) == "");
+  }
+}
+
+TEST_CASE("device lowering: sends to self without their receives, or too many lanes, are refused by name") {
+  DeviceFifoGeometry geometry;
+  HostFabric fabric(geometry);
+  const auto fifo = [&](int peer, int channel, bool sending) { return sending ? fabric.fifo(0, peer, channel) : fabric.fifo(peer, 0, channel); };
+  std::vector<char> a(64), b(64);
+  const core::DevicePointToPoint sendSelf{true, 0, a.data(), nullptr, 64}, recvSelf{false, 0, nullptr, b.data(), 32};
+  try {
+    core::lowerPointToPoint({sendSelf}, 0, fifo, geometry, 1, 64);
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("1 non-empty send(s) to itself and 0 receive(s)"));
+  }
+  try {
+    core::lowerPointToPoint({sendSelf, recvSelf}, 0, fifo, geometry, 1, 64);
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("send to itself #1 has 64 bytes but its matching receive 32"));
+  }
+  std::vector<core::DevicePointToPoint> many;
+  for (int peer = 1; peer <= 5; ++peer) many.push_back({true, peer, a.data(), nullptr, 64});
+  try {
+    core::lowerPointToPoint(many, 0, fifo, geometry, 1, 4);
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("needs 5 lanes") && Catch::Contains("at most 4"));
+  }
+  CHECK(core::lowerPointToPoint(many, 0, fifo, geometry, 1, 5).lanes.size() == 5);
+}

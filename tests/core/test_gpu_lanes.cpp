@@ -2,6 +2,7 @@
 // keep resident together, more for larger calls, and within the FIFO memory budget. Pure functions: no GPU.
 #include <catch2/catch.hpp>
 
+#include "common/error.hpp"
 #include "core/gpu_path.hpp"
 
 using namespace topoccl;
@@ -60,4 +61,48 @@ TEST_CASE("GPU ring lanes: a call gets a lane per 256 KiB of each rank's share, 
     previous = static_cast<size_t>(lanes);
   }
   CHECK(previous == 32);
+}
+
+TEST_CASE("GPU sends and receives: a group with every peer both ways fits the resident lanes, or is staged") {
+  CHECK(core::gpuPointToPointMaxLanes(2, 32) == 8);   // 3 connections: 10 -> 8 lanes a message
+  CHECK(core::gpuPointToPointMaxLanes(4, 32) == 4);   // 7 connections
+  CHECK(core::gpuPointToPointMaxLanes(1, 32) == 32);  // self copies only
+  CHECK(core::gpuPointToPointMaxLanes(8, 16) == 1);   // 15 connections on 16 lanes
+  CHECK(core::gpuPointToPointMaxLanes(9, 16) == 0);   // 17 would not all be resident
+  CHECK(core::gpuPointToPointMaxLanes(2, 1000) == 16);  // the kernel runs at most 64 lanes
+  CHECK(core::gpuPointToPointMaxLanes(33, 64) == 0);
+  for (int n = 1; n <= 40; ++n)
+    for (int resident : {1, 4, 8, 16, 32, 64}) {
+      const uint32_t lanes = core::gpuPointToPointMaxLanes(n, resident);
+      INFO(n << " ranks, " << resident << " resident lanes: " << lanes);
+      CHECK((lanes & (lanes - (lanes > 0 ? 1 : 0))) == 0);  // 0 or a power of two
+      if (lanes > 0) CHECK(static_cast<int>(lanes) * (2 * n - 1) <= resident);
+      else CHECK(2 * n - 1 > resident);
+    }
+}
+
+TEST_CASE("GPU sends and receives: auto stages them where ranks share a GPU unsafely; kernel and staged force") {
+  core::GpuPointToPointPlacement own;  // every rank on a GPU of its own
+  own.nranks = 2;
+  own.maxLanes = 32;
+  CHECK(core::gpuPointToPointLanes("auto", own, false) == 8);
+  CHECK(core::gpuPointToPointLanes("staged", own, true) == 0);
+  core::GpuPointToPointPlacement threads = own;
+  threads.threadsShareGpu = true;
+  CHECK(core::gpuPointToPointLanes("auto", threads, false) == 0);  // each thread issues its own calls
+  CHECK(core::gpuPointToPointLanes("auto", threads, true) == 8);   // one thread issues every rank's (-g)
+  CHECK(core::gpuPointToPointLanes("kernel", threads, false) == 8);
+  core::GpuPointToPointPlacement processes = own;
+  processes.processesShareGpuWithoutMps = true;
+  CHECK(core::gpuPointToPointLanes("auto", processes, true) == 0);
+  CHECK(core::gpuPointToPointLanes("kernel", processes, false) == 8);
+  core::GpuPointToPointPlacement many = own;
+  many.nranks = 40;
+  CHECK(core::gpuPointToPointLanes("kernel", many, true) == 0);  // could not all be resident: staged even when forced
+  try {
+    core::gpuPointToPointLanes("fast", own, false);
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("TOPOCCL_GPU_P2P=fast must be auto, kernel or staged"));
+  }
 }

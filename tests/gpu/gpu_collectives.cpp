@@ -412,12 +412,20 @@ bool matches(const void* got, bool onDevice, int from, int tag, size_t first, si
   return true;
 }
 
-// ncclSend/ncclRecv on GPU buffers (staged through pinned host memory).
+// ncclSend/ncclRecv on GPU buffers: in the plan kernel or staged through pinned host memory, as TOPOCCL_GPU_P2P
+// and the ranks' placement decide (GpuPath::pointToPointLanes).
 int pointToPointChecks(int rank, int n, ncclComm_t comm) {
   int failures = 0;
   auto fail = [&](const std::string& what) {
     std::printf("FAILED: rank %d: %s\n", rank, what.c_str());
     ++failures;
+  };
+  // A launch the watchdog aborted leaves its outputs unwritten: say so rather than compare them.
+  auto aborted = [&](const std::string& what) {
+    ncclResult_t state = ncclSuccess;
+    if (ncclCommGetAsyncError(comm, &state) != ncclSuccess || state == ncclSuccess) return false;
+    fail(what + ": asynchronous error " + std::to_string(state) + ": " + ncclGetLastError(comm));
+    return true;
   };
   cudaSetDevice(0);
   cudaStream_t stream = nullptr;
@@ -435,7 +443,7 @@ int pointToPointChecks(int rank, int n, ncclComm_t comm) {
     const ncclResult_t ended = ncclGroupEnd();
     if (r != ncclSuccess || ended != ncclSuccess) fail("ring shift of " + std::to_string(count) + ": " + ncclGetLastError(comm));
     if (cudaStreamSynchronize(stream) != cudaSuccess) fail("ring shift: stream");
-    if (!matches(recv, true, prev, 1, 0, count, why)) fail("ring shift of " + std::to_string(count) + ": " + why);
+    if (!aborted("ring shift") && !matches(recv, true, prev, 1, 0, count, why)) fail("ring shift of " + std::to_string(count) + ": " + why);
     ncclMemFree(send);
     ncclMemFree(recv);
   }
@@ -476,7 +484,7 @@ int pointToPointChecks(int rank, int n, ncclComm_t comm) {
     }
     if (ncclGroupEnd() != ncclSuccess) fail(std::string("all-to-all by send/recv: ") + ncclGetLastError(comm));
     cudaStreamSynchronize(stream);
-    for (int q = 0; q < n; ++q)
+    for (int q = 0; q < n && !aborted("all-to-all by send/recv"); ++q)
       if (!matches(static_cast<float*>(recv) + q * block, true, q, 2, rank * block, block, why))
         fail("all-to-all by send/recv, block from rank " + std::to_string(q) + ": " + why);
     ncclMemFree(send);
@@ -495,13 +503,14 @@ int pointToPointChecks(int rank, int n, ncclComm_t comm) {
     }
     if (r != ncclSuccess) fail(std::string("send/recv outside a group: ") + ncclGetLastError(comm));
     cudaStreamSynchronize(stream);
-    if (rank == 1 && (!matches(first, true, 0, 3, 0, count, why) || !matches(second, true, 0, 4, 0, count, why)))
+    if (rank == 1 && !aborted("send/recv outside a group") && (!matches(first, true, 0, 3, 0, count, why) || !matches(second, true, 0, 4, 0, count, why)))
       fail("send/recv outside a group: " + why);
     ncclMemFree(first);
     ncclMemFree(second);
   }
   // A GPU send beside a receive into host memory in one group: the host buffer is ready when ncclGroupEnd returns.
-  {
+  // Staged only: the peer's GPU send matches this host receive, and a send in the plan kernel needs a GPU receive.
+  if (const char* mode = std::getenv("TOPOCCL_GPU_P2P"); mode != nullptr && std::string(mode) == "staged") {
     const size_t count = 70001;
     void* send = deviceFilled(rank, 5, count);
     std::vector<float> hostRecv(count, -1.0f);
@@ -516,6 +525,24 @@ int pointToPointChecks(int rank, int n, ncclComm_t comm) {
   }
   cudaStreamDestroy(stream);
   return failures;
+}
+
+// A collective first (it sets the GPU path up on more than 2 ranks, after which sends and receives may run in the
+// plan kernel), then the point-to-point checks.
+int pointToPointAfterCollective(int rank, int n, ncclComm_t comm) {
+  cudaSetDevice(0);
+  cudaStream_t stream = nullptr;
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  void* buffer = deviceFilled(rank, 7, 1024);
+  cudaStreamSynchronize(cudaStreamLegacy);
+  int failures = 0;
+  if (ncclAllReduce(buffer, buffer, 1024, ncclFloat, ncclSum, comm, stream) != ncclSuccess || cudaStreamSynchronize(stream) != cudaSuccess) {
+    std::printf("FAILED: rank %d: the all-reduce before the point-to-point checks: %s\n", rank, ncclGetLastError(comm));
+    ++failures;
+  }
+  ncclMemFree(buffer);
+  cudaStreamDestroy(stream);
+  return failures + pointToPointChecks(rank, n, comm);
 }
 
 // The last rank never calls: the others' kernels wait for it until the watchdog aborts them, and the error
@@ -618,7 +645,7 @@ int abortStopsStuckKernel(int rank, int n, ncclComm_t world) {
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a run killed by a timeout still shows how far it got
-  // Optional: "processes", "threads", "p2p", "staged" or "fusion" (timing only, never by default) runs that group
+  // Optional: "processes", "threads", "p2p", "p2p-kernel", "staged" or "fusion" (timing only, never by default) runs that group
   // alone (the watchdog check runs with "threads").
   const std::string only = argc > 1 ? argv[1] : "";
   // No CUDA call before the forks: a child cannot use a CUDA context its parent created.
@@ -643,20 +670,36 @@ int main(int argc, char** argv) {
   const std::map<std::string, std::string> plain{{"TOPOCCL_TIMEOUT_MS", "30000"}};
   const std::map<std::string, std::string> hosts{{"TOPOCCL_TIMEOUT_MS", "30000"}, {"NCCL_HOSTID", "gpu-host-{rank}"}};
   const std::map<std::string, std::string> staged{{"TOPOCCL_TIMEOUT_MS", "30000"}, {"TOPOCCL_GPU_STAGED", "always"}};
+  const std::map<std::string, std::string> p2pStaged{{"TOPOCCL_TIMEOUT_MS", "30000"}, {"TOPOCCL_GPU_P2P", "staged"}};
+  const std::map<std::string, std::string> p2pKernel{{"TOPOCCL_TIMEOUT_MS", "30000"}, {"TOPOCCL_GPU_P2P", "kernel"},
+                                                     {"NCCL_DEBUG", "INFO"}, {"NCCL_DEBUG_SUBSYS", "INIT"}};
   std::vector<Run> runs;
   for (int n : {2, 3, 4})
     runs.push_back({"processes", "processes over shm, " + std::to_string(n) + " ranks on one GPU", RankMode::ProcessesShm, n, checkAll, plain, 900});
   runs.push_back({"processes", "ncclCommAbort stops a kernel stuck on a peer, 2 processes", RankMode::ProcessesShm, 2,
                   abortStopsStuckKernel, {{"TOPOCCL_TIMEOUT_MS", "60000"}}, 120});
   for (int n : {2, 3})
-    runs.push_back({"p2p", "send/recv, processes, " + std::to_string(n) + " ranks", RankMode::ProcessesShm, n, pointToPointChecks, plain, 300});
+    runs.push_back({"p2p", "send/recv, processes, " + std::to_string(n) + " ranks, staged", RankMode::ProcessesShm, n,
+                    pointToPointChecks, p2pStaged, 300});
   runs.push_back({"p2p", "send/recv, processes on 3 hosts (NCCL_HOSTID)", RankMode::ProcessesShm, 3, pointToPointChecks, hosts, 300});
+  // In the plan kernel (forced: without MPS, processes sharing a GPU stage them by default). On 2 ranks the first
+  // send sets the GPU path up; on more, a collective must have.
+  runs.push_back({"p2p-kernel", "send/recv in the plan kernel, processes, 2 ranks", RankMode::ProcessesShm, 2, pointToPointChecks,
+                  p2pKernel, 300});
+  for (int n : {2, 3})
+    runs.push_back({"p2p-kernel", "send/recv in the plan kernel after a collective, processes, " + std::to_string(n) + " ranks",
+                    RankMode::ProcessesShm, n, pointToPointAfterCollective, p2pKernel, 300});
   runs.push_back({"staged", "staged collectives, processes on 3 hosts (NCCL_HOSTID)", RankMode::ProcessesShm, 3, checkAll, hosts, 600});
   for (int n : {2, 3, 4})
     runs.push_back({"threads", "threads, " + std::to_string(n) + " ranks on one GPU", RankMode::Threads, n, checkAll, plain, 900});
   runs.push_back({"threads", "a peer that never calls", RankMode::Threads, 3, peerNeverCalls, {{"TOPOCCL_TIMEOUT_MS", "3000"}}, 120});
   for (int n : {2, 3})
-    runs.push_back({"p2p", "send/recv, threads, " + std::to_string(n) + " ranks", RankMode::Threads, n, pointToPointChecks, plain, 300});
+    runs.push_back({"p2p", "send/recv, threads, " + std::to_string(n) + " ranks, staged", RankMode::Threads, n, pointToPointChecks,
+                    p2pStaged, 300});
+  runs.push_back({"p2p-kernel", "send/recv in the plan kernel, threads, 2 ranks", RankMode::Threads, 2, pointToPointChecks, p2pKernel, 300});
+  for (int n : {2, 3, 4})
+    runs.push_back({"p2p-kernel", "send/recv in the plan kernel after a collective, threads, " + std::to_string(n) + " ranks",
+                    RankMode::Threads, n, pointToPointAfterCollective, p2pKernel, 300});
   for (int n : {2, 3})
     runs.push_back({"staged", "staged collectives, threads (TOPOCCL_GPU_STAGED=always), " + std::to_string(n) + " ranks",
                     RankMode::Threads, n, checkAll, staged, 600});

@@ -158,6 +158,24 @@ def worker(rank, world, port, bench, failures):
                 print(f"bench world {world}: all_reduce {4 * n:>11} B  {seconds * 1e6:10.1f} us  busbw {busbw:8.2f} GB/s",
                       flush=True)
 
+    if bench and world == 2:
+        # Pipeline parallelism's traffic: rank 0 sends, rank 1 receives, one message at a time.
+        for n in [2 ** k for k in range(1, 29, 3)]:
+            t = torch.ones(n, device="cuda")
+            for i in range(25):
+                if i == 5:
+                    torch.cuda.synchronize()
+                    start = time.perf_counter()
+                if rank == 0:
+                    dist.send(t, dst=1)
+                else:
+                    dist.recv(t, src=0)
+            torch.cuda.synchronize()
+            seconds = (time.perf_counter() - start) / 20
+            if rank == 1:
+                print(f"bench world {world}: send/recv  {4 * n:>11} B  {seconds * 1e6:10.1f} us  bw {4 * n / seconds / 1e9:8.2f} GB/s",
+                      flush=True)
+
     if rank == 0:
         print(f"rank 0 mapped: {library_in_use()}; torch.cuda.nccl.version() = {torch.cuda.nccl.version()}", flush=True)
     dist.destroy_process_group()
