@@ -417,12 +417,18 @@ class CudaGpuPath final : public GpuPath {
     }
     size_t sends = 0, receives = 0;
     uint64_t bytes = 0;
+    std::string to, from;  // the peers, for the watchdog's message
     for (const DevicePointToPoint& c : calls) {
-      (c.isSend ? sends : receives) += c.bytes > 0 ? 1 : 0;
+      if (c.bytes == 0) continue;
+      (c.isSend ? sends : receives) += 1;
       bytes += c.isSend ? c.bytes : 0;
+      std::string& list = c.isSend ? to : from;
+      const std::string peer = std::to_string(c.peer);
+      if ((", " + list + ",").find(", " + peer + ",") == std::string::npos) list += (list.empty() ? "" : ", ") + peer;
     }
-    const std::string what = std::to_string(sends) + " send(s) (" + std::to_string(bytes) + " bytes) and " +
-                             std::to_string(receives) + " receive(s) of a group";
+    const std::string what = std::to_string(sends) + " send(s) (" + std::to_string(bytes) + " bytes" +
+                             (to.empty() ? "" : " to rank " + to) + ") and " + std::to_string(receives) + " receive(s)" +
+                             (from.empty() ? "" : " from rank " + from) + " of a group";
     const size_t imageBytes = (deviceImageBytes(lowered) + 63) / 64 * 64;
     ImageSlot& slot = reserveImageSlot(imageBytes, stream);
     kernels::DevicePlan header;
@@ -437,7 +443,9 @@ class CudaGpuPath final : public GpuPath {
     check(kernels::launchPlan(DataType::Uint8, ReduceOp::Sum, false, reinterpret_cast<const kernels::DevicePlan*>(slot.device),
                               static_cast<uint32_t>(lowered.lanes.size()), threads_, stream),
           "launching " + what);
-    finishLaunch(slot, what, stream);
+    finishLaunch(slot, what, stream,
+                 "A peer may have died, not posted the matching receive or send, or posted it on a host buffer (a send in "
+                 "the plan kernel needs its receive on a GPU buffer; TOPOCCL_GPU_P2P=staged mixes them).");
     for (void* other : otherStreams)
       if (other != streamHandle) check(cudaStreamWaitEvent(static_cast<cudaStream_t>(other), slot.done, 0), "ordering the group's other streams");
   }
@@ -646,6 +654,7 @@ class CudaGpuPath final : public GpuPath {
     cudaEvent_t event;
     std::chrono::steady_clock::time_point since;
     std::string what;
+    std::string hint;  // what to look at when it times out
   };
 
   // The next of the image slots, once the launch that last used it is done, grown to `imageBytes`.
@@ -672,7 +681,8 @@ class CudaGpuPath final : public GpuPath {
   }
 
   // After a launch on `stream`: the slot's event, the ordering of later launches, and the watchdog's entry.
-  void finishLaunch(ImageSlot& slot, const std::string& what, cudaStream_t stream) {
+  void finishLaunch(ImageSlot& slot, const std::string& what, cudaStream_t stream,
+                    const std::string& hint = "A peer may have died or not called the same collective.") {
     check(cudaEventRecord(slot.done, stream), "cudaEventRecord");
     slot.used = true;
     lastDone_ = slot.done;
@@ -681,7 +691,7 @@ class CudaGpuPath final : public GpuPath {
     check(cudaEventCreateWithFlags(&watched, cudaEventDisableTiming), "cudaEventCreate");
     check(cudaEventRecord(watched, stream), "cudaEventRecord");
     std::lock_guard lock(mutex_);
-    watched_.push_back({watched, std::chrono::steady_clock::now(), what});
+    watched_.push_back({watched, std::chrono::steady_clock::now(), what, hint});
   }
 
   // Where the ranks sit, as sends and receives care (gpuPointToPointLanes), alike on every rank from what all
@@ -766,8 +776,7 @@ class CudaGpuPath final : public GpuPath {
           if (state == cudaErrorNotReady) {
             if (std::chrono::steady_clock::now() - oldest.since > context_.timeout && failure_.empty()) {
               failure_ = "rank " + std::to_string(context_.rank) + ": " + oldest.what + " on the GPU did not finish within " +
-                         std::to_string(context_.timeout.count()) + " ms (TOPOCCL_TIMEOUT_MS); aborted. A peer may have " +
-                         "died or not called the same collective.";
+                         std::to_string(context_.timeout.count()) + " ms (TOPOCCL_TIMEOUT_MS); aborted. " + oldest.hint;
               failureCode_ = ncclRemoteError;
               __atomic_store_n(&hostFlags_[0], 1, __ATOMIC_RELAXED);
             }
