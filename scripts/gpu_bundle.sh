@@ -33,3 +33,8 @@ rm -rf .gpu-pack && mkdir -p .gpu-pack && tar cJf .gpu-pack/gpu.tar.xz .gpu
 du -sh .gpu .gpu-pack
 echo "gpu_bundle: ready; on the GPU machine (carry .gpu-pack), from the repository root:"
 echo "  python3 -c \"import tarfile; tarfile.open('.gpu-pack/gpu.tar.xz').extractall('.')\" && bash .gpu/gpu_proof.sh"
+# The device tool sends the checkout, .git included, up to 64 MiB: the side by sides' results (about 43 MiB) do not
+# fit beside the rest. A sparse checkout leaves them out of the tree while git still tracks them (nothing shows as
+# deleted, so no commit can drop them); moving the folder aside instead nearly committed its deletion once.
+echo "  if the device tool finds the tree over 64 MiB, first:  git sparse-checkout set --no-cone '/*' '!/perf/compare/results/'"
+echo "  and afterwards:                                          git sparse-checkout disable"

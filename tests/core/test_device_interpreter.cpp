@@ -816,3 +816,39 @@ TEST_CASE("device lowering: sends to self without their receives, or too many la
   }
   CHECK(core::lowerPointToPoint(many, 0, fifo, geometry, 1, 5).lanes.size() == 5);
 }
+
+TEST_CASE("device lowering: messages past 4 GiB are cut into slot-sized segments that cover them exactly once") {
+  // Lowering only computes addresses, so the buffers need not exist: the segments must tile each message, lane by
+  // lane, in order, each within a slot, and the lanes' shares must meet on 16-byte boundaries.
+  DeviceFifoGeometry geometry;  // 128 KiB slots
+  HostFabric fabric(geometry);
+  const auto fifo = [&](int peer, int channel, bool sending) { return sending ? fabric.fifo(0, peer, channel) : fabric.fifo(peer, 0, channel); };
+  const uintptr_t sendBase = uintptr_t{1} << 44, recvBase = uintptr_t{3} << 44;
+  for (const uint64_t bytes : {(uint64_t{5} << 30) + 3, (uint64_t{1} << 32) + 1, (uint64_t{1} << 31) - 1}) {
+    const std::vector<core::DevicePointToPoint> calls{
+        {true, 1, reinterpret_cast<const char*>(sendBase), nullptr, bytes},
+        {false, 1, nullptr, reinterpret_cast<char*>(recvBase), bytes}};
+    const core::LoweredPlan lowered = core::lowerPointToPoint(calls, 0, fifo, geometry, 8, 64);
+    INFO(bytes << " bytes");
+    REQUIRE(lowered.lanes.size() == 16);  // 8 lanes each way
+    for (bool sending : {true, false}) {
+      uint64_t covered = 0;
+      for (const DeviceLane& lane : lowered.lanes) {
+        if ((lane.send.counters != nullptr) != sending) continue;
+        REQUIRE(lane.stepCount == 1);
+        const DeviceStep& step = lowered.steps[lane.stepBegin];
+        CHECK(step.kind == (sending ? DeviceStepKind::Send : DeviceStepKind::Recv));
+        for (uint32_t g = 0; g < step.segmentCount; ++g) {
+          const DeviceSegment& s = lowered.segments[step.segmentBegin + g];
+          const uintptr_t at = sending ? reinterpret_cast<uintptr_t>(s.src) - sendBase : reinterpret_cast<uintptr_t>(s.dst) - recvBase;
+          REQUIRE(at == covered);  // lanes in channel order, segments in order: one tiling of the message
+          REQUIRE(s.bytes > 0);
+          REQUIRE(s.bytes <= geometry.slotBytes);
+          if (g == 0) CHECK(at % 16 == 0);
+          covered += s.bytes;
+        }
+      }
+      CHECK(covered == bytes);
+    }
+  }
+}
