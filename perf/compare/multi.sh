@@ -9,11 +9,17 @@
 # A setting that starts with -- is a flag for that configuration's benchmark instead ("heap|build|--heap").
 # WRAP, if set, prefixes every rank's command, e.g. WRAP=perf/compare/pin.sh with PIN=pairs in a configuration.
 # RUNS=1 also prints every launch's time per size, in launch order, to show levels a median hides.
+# PLACE=in takes the in-place time instead (OpenMPI's mpi_perf: MPI_IN_PLACE).
 set -euo pipefail
 if [ $# -lt 5 ]; then sed -n '2,8p' "$0" >&2; exit 2; fi
 NP=$1 COLL=$2 ARGS=$3 REPEAT=$4
 shift 4
 configs=("$@")
+case ${PLACE:-out} in
+  out) column=6 ;;
+  in) column=10 ;;
+  *) echo "multi.sh: PLACE must be out or in, not '$PLACE'" >&2; exit 2 ;;
+esac
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 n=${#configs[@]}
@@ -37,18 +43,18 @@ for ((r = 1; r <= REPEAT; r++)); do
     esac
     # shellcheck disable=SC2086  # ARGS is a list of flags
     mpirun --allow-run-as-root --oversubscribe -np "$NP" "${cmd[@]}" $ARGS "${extra[@]}" 2>&1 |
-      awk -v v="$label" '/^ +[0-9]/ {print v, $1, $6}' >>"$out"
+      awk -v v="$label" -v col="$column" '/^ +[0-9]/ {print v, $1, $col}' >>"$out"
   done
   echo "multi.sh: repeat $r/$REPEAT done" >&2
 done
-RUNS=${RUNS:-0} python3 - "$out" "${configs[@]}" <<'PY'
+RUNS=${RUNS:-0} PLACE=${PLACE:-out} python3 - "$out" "${configs[@]}" <<'PY'
 import collections, os, statistics, sys
 runs = collections.defaultdict(list)
 for line in open(sys.argv[1]):
     label, size, t = line.split()
     runs[(int(size), label)].append(float(t))
 labels = [c.split('|')[0] for c in sys.argv[2:]]
-print("%12s " % "size (B)" + " ".join("%12s" % l for l in labels) + "   (us, medians)")
+print("%12s " % "size (B)" + " ".join("%12s" % l for l in labels) + "   (us, medians, %s)" % ("in place" if os.environ.get("PLACE") == "in" else "out of place"))
 for size in sorted({k[0] for k in runs}):
     print("%12d " % size + " ".join("%12.2f" % statistics.median(runs[(size, l)]) if runs[(size, l)] else "%12s" % "-"
                                      for l in labels))

@@ -419,6 +419,9 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
   else if (const size_t cache = kernels::lastLevelCacheBytes(); cache > 0) streamingThreshold_ = 3 * static_cast<uint64_t>(cache) / 2;
   else streamingThreshold_ = 48ull << 20;
   bulkCopy_ = params::kBulkCopy.get() && kernels::bulkCopyUsesStringCopy();
+  const int64_t copyOut = params::kShmCopyOutBytes.get();
+  if (copyOut < -1) throwInvalidArgument(std::string(params::kShmCopyOutBytes.name()) + "=" + std::to_string(copyOut) + " must be >= -1");
+  copyOutBytes_ = copyOut >= 0 ? static_cast<size_t>(copyOut) : defaultCopiedOutSendBytes(kernels::coreCacheBytes(), sharesCores_);
   if (log::enabled(log::Level::Info, log::kInit)) {
     std::ostringstream routes;
     for (int r = 0; r < nranks_; ++r)
@@ -432,10 +435,10 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
                        : std::to_string((streamingThreshold_ * kSentBytesCachedFootprints) >> 20) + " MiB") + ")";
     TOPOCCL_INFO(log::kInit,
                  "comm %s rank %d nranks %d hosts %d slice %zu B (>= %zu a step) channels %d spin %u polls (%s); streaming "
-                 "stores from %s (x %zu ranks), below that %s; %s; peers via%s",
+                 "stores from %s (x %zu ranks), below that %s; in-place sends copied out up to %zu B a step; %s; peers via%s",
                  options_.name.c_str(), rank_, nranks_, locality_->nhosts(), sliceBytes_, slicesPerStep_, nchannels_, spinsBeforeYield_,
                  sharesCores_ ? "cores shared with other ranks" : "cores of its own", streamingFrom.c_str(), machineRanks_, bulkCopy_ ? "rep movsb" : "memcpy",
-                 boundCpu_ >= 0 ? ("bound to CPU " + std::to_string(boundCpu_) + " (ranks are a multiple of the CPUs; " +
+                 copyOutBytes_, boundCpu_ >= 0 ? ("bound to CPU " + std::to_string(boundCpu_) + " (ranks are a multiple of the CPUs; " +
                                    params::kBindOversubscribed.name() + "=0 leaves them to the scheduler)").c_str()
                                 : "placement left as found",
                  routes.str().c_str());
@@ -1166,6 +1169,7 @@ std::unique_ptr<Execution> Communicator::buildCollective(const CollectiveArgs& a
   }
   fuseStagedReceives(lanes, scratch, scratchSize, sliceBytes_);  // slices never exceed sliceBytes_
   fuseMirroredCopies(lanes);
+  if (copyOutBytes_ > 0) markCopiedOutSends(lanes, copyOutBytes_);
   std::string name = std::string(algo::collectiveName(args.collective)) + " (" + plan.name + ", " +
                      std::to_string(args.count) + " x " + dataTypeName(args.type) + ")";
   auto execution = std::make_unique<Execution>(std::move(name), std::move(lanes), reduce, elem, sliceBytes_, &staging_, slicesPerStep_);

@@ -317,6 +317,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   uint64_t streamingThreshold_ = UINT64_MAX;  // footprint from which copies use streaming stores
   // In place, receives into bytes a peer has just read stream only from this many times that footprint.
   static constexpr uint64_t kSentBytesCachedFootprints = 4;
+  size_t copyOutBytes_ = 0;  // in-place sends of up to this many bytes a step are copied out (markCopiedOutSends); 0 = none
   bool bulkCopy_ = false;                     // below it, kernels::bulkCopy (TOPOCCL_BULK_COPY and the CPU has it)
 
   mutable std::mutex queueMutex_;

@@ -77,6 +77,7 @@ void Execution::reset() {
     for (auto& bytes : mirroredBytes_) std::fill(bytes.begin(), bytes.end(), 0);
   inFlight_.clear();
   unflushed_ = 0;
+  copiedOutInFlight_ = false;
   moved_ = finished_ = posted_ = traceStarted_ = false;
   if (hasStaging_) placeStaging();  // another execution may have grown the shared arena
 }
@@ -112,10 +113,14 @@ bool Execution::readByPendingSend(const char* begin, const char* end) {
   return hazard;
 }
 
-void Execution::postSend(const LaneState& state, transport::Connection* conn, const char* data, size_t bytes, char* mirror) {
+void Execution::postSend(const LaneState& state, transport::Connection* conn, const char* data, size_t bytes, char* mirror,
+                         bool copyOut) {
   conn->setPeerCopy(copy_);
-  const transport::Ticket ticket = mirror ? conn->postSendMirrored(data, mirror, bytes) : conn->postSend(data, bytes);
+  const transport::Ticket ticket = mirror    ? conn->postSendMirrored(data, mirror, bytes)
+                                   : copyOut ? conn->postSendCopyOut(data, bytes)
+                                             : conn->postSend(data, bytes);
   inFlight_.push_back({conn, ticket, data, data + bytes});
+  copiedOutInFlight_ |= copyOut;
   unflushed_ |= state.sendBit;
   sendsToFlush_ = posted_ = true;
   ++posts_;
@@ -176,7 +181,14 @@ bool Execution::pumpReceives(size_t laneIndex) {
       action.dst = stagingOf_[laneIndex][state.step] + offset;
     } else {
       action.dst = step.dst + offset;
-      if (writeHazard(step.dst + offset, step.dst + offset + length)) {
+      bool hazard = writeHazard(step.dst + offset, step.dst + offset + length);
+      if (hazard && copiedOutInFlight_) {
+        // A copied-out send completes once its connection has copied it into the FIFO: let it, then look again.
+        flushPosted();
+        copiedOutInFlight_ = false;
+        hazard = writeHazard(step.dst + offset, step.dst + offset + length);
+      }
+      if (hazard) {
         if (state.sliceBytes > kMaxBounceSliceBytes) break;  // wait for the send instead
         std::vector<char>& bounce = bounce_[laneIndex];
         // Grows only at a step's first bounce: no slice of this step is in a slot yet, and earlier steps are done.
@@ -252,7 +264,7 @@ bool Execution::advanceLane(size_t laneIndex) {
         }
         for (size_t slice = 0; slice < state.slices; ++slice)
           postSend(state, lane.sendConn, step.src + slice * state.sliceBytes, sliceLength(state, step, slice),
-                   slice < mirroredSlices ? step.mirror + slice * state.sliceBytes : nullptr);
+                   slice < mirroredSlices ? step.mirror + slice * state.sliceBytes : nullptr, step.copyOut);
         break;
       }
       case StepKind::Copy:
@@ -450,6 +462,24 @@ size_t fuseMirroredCopies(std::vector<ResolvedLane>& lanes) {
     }
   }
   return fused;
+}
+
+size_t markCopiedOutSends(std::vector<ResolvedLane>& lanes, size_t maxStepBytes) {
+  const auto overlaps = [](const char* a, size_t an, const char* b, size_t bn) { return an > 0 && bn > 0 && a < b + bn && b < a + an; };
+  const auto receivedInto = [&](const char* begin, size_t bytes) {
+    for (const ResolvedLane& lane : lanes)
+      for (const ResolvedStep& s : lane.steps)
+        if (algo::stepReceives(s.kind) && algo::stepWrites(s.kind) && overlaps(s.dst, s.bytes, begin, bytes)) return true;
+    return false;
+  };
+  size_t marked = 0;
+  for (ResolvedLane& lane : lanes)
+    for (ResolvedStep& step : lane.steps) {
+      step.copyOut = step.kind == StepKind::Send && step.mirror == nullptr && step.bytes > 0 && step.bytes <= maxStepBytes &&
+                     receivedInto(step.src, step.bytes);
+      marked += step.copyOut;
+    }
+  return marked;
 }
 
 bool Execution::helpPeers() {

@@ -32,6 +32,9 @@ struct ResolvedStep {
   // A receive into bytes a send of this rank reads (in place, fuseStagedReceives): a peer has just read those
   // lines, so the receive moves its bytes with Execution::setCopy's sentBytesCopy.
   bool intoSentBytes = false;
+  // A Send whose bytes a receive of this rank's same operation overwrites (markCopiedOutSends): posted with
+  // postSendCopyOut, so the connection copies them out rather than letting the peer read them in place.
+  bool copyOut = false;
   // How the step is cut, set by Execution (sliceBytesFor): computed once, not on every run of the step.
   size_t sliceBytes = 0;
   size_t slices = 0;
@@ -62,6 +65,21 @@ size_t fuseStagedReceives(std::vector<ResolvedLane>& lanes, const char* scratch,
 // twice; elsewhere the Copy runs as before. Only where the Copy waits on nothing else and nothing writes the
 // source. Returns how many pairs it marked.
 size_t fuseMirroredCopies(std::vector<ResolvedLane>& lanes);
+
+// Marks each Send of at most maxStepBytes whose bytes a receive of any lane writes (in place: recursive doubling's
+// send of the buffer it then reduces into, an all-to-all's swap) as copyOut. Read in place by the peer (shm zero
+// copy), such a send completes only once the peer has read it, and until then every receive slice over it waits in
+// a bounce slot, then crosses the caches again when copied back; copied out, the receive lands at once and the
+// buffer stays in this core's cache. Worth it while copying out is cheap: the bytes sit in cache, and the rank has
+// a core of its own (ranks that share cores pay the extra copy in CPU time). Returns how many it marked.
+size_t markCopiedOutSends(std::vector<ResolvedLane>& lanes, size_t maxStepBytes);
+// markCopiedOutSends' default bound: half the core's own cache (coreCacheBytes; 512 KiB when unknown), where the
+// copy into the FIFO stays in cache; none when ranks share cores. 2-rank in-place all-reduce and all-to-all at 32
+// KiB-1 MiB ran 1.2-2.8x faster with it; 1-2 MiB steps gained or lost within noise (perf/RESULTS.md, session 44).
+constexpr size_t defaultCopiedOutSendBytes(size_t coreCacheBytes, bool sharesCores) {
+  if (sharesCores) return 0;
+  return coreCacheBytes > 0 ? coreCacheBytes / 2 : size_t{512} << 10;
+}
 
 class Execution {
  public:
@@ -151,7 +169,8 @@ class Execution {
   bool readByPendingSend(const char* begin, const char* end);
   void startStep(size_t laneIndex);
   void finishStep(size_t laneIndex);
-  void postSend(const LaneState& state, transport::Connection* conn, const char* data, size_t bytes, char* mirror = nullptr);
+  void postSend(const LaneState& state, transport::Connection* conn, const char* data, size_t bytes, char* mirror = nullptr,
+                bool copyOut = false);
   void flushPosted();  // progresses the connections in unflushed_
   bool pumpReceives(size_t laneIndex);
   size_t sliceLength(const LaneState& state, const ResolvedStep& step, size_t slice) const;
@@ -186,6 +205,7 @@ class Execution {
   bool moved_ = false;
   bool posted_ = false;        // this run handed the transports something (before that they have nothing of it)
   uint64_t posts_ = 0;         // sends and receives posted, ever (a pass that posts nothing needs no second pass)
+  bool copiedOutInFlight_ = false;  // a copyOut send posted since the connections last progressed from pumpReceives
   bool sendsToFlush_ = false;  // posted since the transports last progressed
   bool finished_ = false;
 };

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #if defined(__x86_64__)
@@ -67,26 +68,51 @@ void bulkCopy(void* dst, const void* src, size_t bytes) {
   std::memcpy(dst, src, bytes);
 }
 
+namespace {
+
+// cpu0's cache `index` in sysfs: its level and size in bytes, or nullopt when not listed.
+struct CacheEntry {
+  int level = 0;
+  size_t bytes = 0;
+  bool instructions = false;
+};
+std::optional<CacheEntry> sysfsCache(int index) {
+  const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+  std::ifstream sizeFile(dir + "size"), levelFile(dir + "level"), typeFile(dir + "type");
+  std::string text, type;
+  CacheEntry entry;
+  if (!(sizeFile >> text) || text.empty()) return std::nullopt;
+  if (!(levelFile >> entry.level)) entry.level = 0;
+  if (typeFile >> type) entry.instructions = type == "Instruction";
+  size_t used = 0;
+  try {
+    entry.bytes = std::stoull(text, &used);
+  } catch (...) {
+    return std::nullopt;
+  }
+  const char unit = used < text.size() ? text[used] : ' ';
+  if (unit == 'K') entry.bytes <<= 10;
+  else if (unit == 'M') entry.bytes <<= 20;
+  else if (unit == 'G') entry.bytes <<= 30;
+  return entry;
+}
+
+}  // namespace
+
+size_t coreCacheBytes() {
+  static const size_t bytes = [] {
+    for (int index = 0; index < 8; ++index)
+      if (const auto entry = sysfsCache(index); entry && entry->level == 2 && !entry->instructions) return entry->bytes;
+    return size_t{0};
+  }();
+  return bytes;
+}
+
 size_t lastLevelCacheBytes() {
   // index3 is the L3 where there is one; take the largest cache sysfs lists for cpu0.
   size_t largest = 0;
-  for (int index = 0; index < 8; ++index) {
-    std::ifstream file("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/size");
-    std::string text;
-    if (!(file >> text) || text.empty()) continue;
-    size_t value = 0;
-    size_t used = 0;
-    try {
-      value = std::stoull(text, &used);
-    } catch (...) {
-      continue;
-    }
-    const char unit = used < text.size() ? text[used] : ' ';
-    if (unit == 'K') value <<= 10;
-    else if (unit == 'M') value <<= 20;
-    else if (unit == 'G') value <<= 30;
-    largest = std::max(largest, value);
-  }
+  for (int index = 0; index < 8; ++index)
+    if (const auto entry = sysfsCache(index)) largest = std::max(largest, entry->bytes);
 #ifdef _SC_LEVEL3_CACHE_SIZE
   if (largest == 0) {
     const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);

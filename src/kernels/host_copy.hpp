@@ -28,6 +28,8 @@ bool bulkCopyUsesStringCopy();
 // 2-vCPU VM: 504 MiB) while it shares it with CPUs it does not have; there copies that should have written around
 // the cache from 48 MiB on ran 1.15-1.85x slower (perf/RESULTS.md, session 37).
 size_t lastLevelCacheBytes();
+// The cache of one core (cpu0's level-2 data or unified cache, sysfs), in bytes; 0 when unknown.
+size_t coreCacheBytes();
 // More than any CPU has per core (12 MiB on the largest stacked-cache parts).
 inline constexpr size_t kMaxCacheBytesPerCpu = size_t{16} << 20;
 // The cap itself, for tests: `reported` bytes of cache seen by `cpus` online CPUs.

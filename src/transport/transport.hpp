@@ -81,6 +81,11 @@ class Connection {
     return false;
   }
   virtual Ticket postSendMirrored(const void* data, void* mirror, size_t bytes);
+  // postSend for bytes the caller will overwrite within the same operation (a receive of its own lands there: an
+  // in-place swap or recursive doubling). A connection whose peer would otherwise read `data` in place copies it
+  // out instead, so the send completes without waiting for that read and the caller's receive can land at once.
+  // Same contract as postSend; by default it is postSend.
+  virtual Ticket postSendCopyOut(const void* data, size_t bytes) { return postSend(data, bytes); }
   // How this side copies when it moves bytes of its sends into the peer's memory itself (an shm sender that helps
   // its receiver with a large message), set by the executor before it posts, as RecvAction::copy. Null: memcpy.
   void setPeerCopy(CopyFn copy) { peerCopy_ = copy; }

@@ -1237,6 +1237,97 @@ TEST_CASE("shm mirrored sends the receiver cannot write: the sender writes the m
   CHECK(leftoverSegments(hash).empty());
 }
 
+// postSendCopyOut: bytes the sender will overwrite in the same operation (an in-place exchange). From a shared
+// allocation they still go through the FIFO, never read in place (zero copy or CMA), so each send completes while the
+// receiver is not even polling, and the sender may overwrite its buffer at once. A plain send from the same buffer,
+// the control, goes zero copy and must still wait for the receiver.
+TEST_CASE("shm copied-out sends go through the FIFO and complete before the receiver reads them") {
+  const bool cma = GENERATE(false, true);
+  INFO((cma ? "CMA on" : "CMA off"));
+  config::clearOverrides();
+  config::setOverride("TOPOCCL_SHM_CMA", cma ? "1" : "0");
+  config::setOverride("TOPOCCL_SHM_ZERO_COPY_THRESHOLD", "32768");
+  const uint64_t hash = freshCommHash();
+  const uint64_t seed = hash & 0xffff;
+  struct Piece {
+    size_t offset, bytes;
+  };
+  // Exactly the threshold, a prime, unaligned, past a FIFO fragment (NCCL_BUFFSIZE / 8 = 512 KiB): 1.2 MiB in all,
+  // within the 4 MiB ring.
+  const std::vector<Piece> pieces = {{0, 32768}, {64, 100003}, {4, 40000}, {200000, (1 << 20) + 12}};
+  const size_t arena = 2 << 20;
+  const size_t controlBytes = 65536;
+  auto* flags = static_cast<std::atomic<int>*>(::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  REQUIRE(flags != MAP_FAILED);
+  std::atomic<int>& receiverIdle = flags[0];
+  std::atomic<int>& senderDone = flags[16];
+  receiverIdle = 0;
+  senderDone = 0;
+  const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
+    auto transport = makeShmTransport({hash, 0, 1, 2}, self);
+    auto connection = transport->connect(peer, 0);
+    const unsigned char hello = 7;
+    const Ticket first = connection->postSend(&hello, 1);
+    pollUntil({connection.get()}, [&] { return connection->sendsCompleted() == first; });
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (receiverIdle.load() == 0) {
+      childCheck(std::chrono::steady_clock::now() < deadline, "the receiver never went idle");
+      std::this_thread::sleep_for(1ms);
+    }
+    auto* shared = static_cast<unsigned char*>(allocateShared(arena));
+    const auto content = randomBytes(arena, seed);
+    std::memcpy(shared, content.data(), arena);
+    Ticket last = 0;
+    for (const Piece& p : pieces) last = connection->postSendCopyOut(shared + p.offset, p.bytes);
+    try {
+      pollUntil({connection.get()}, [&] { return connection->sendsCompleted() == last; }, 10s);
+    } catch (const std::exception&) {
+      senderDone = 2;
+      childCheck(false, "copied-out sends did not complete while the receiver was idle");
+    }
+    const auto overwritten = randomBytes(arena, seed + 1);
+    std::memcpy(shared, overwritten.data(), arena);  // the receiver must still get `content`
+    const Ticket control = connection->postSend(shared, controlBytes);
+    if (shmConnectionStats(*connection).zeroCopySend) {
+      const auto until = std::chrono::steady_clock::now() + 300ms;
+      while (std::chrono::steady_clock::now() < until) connection->progress();
+      childCheck(connection->sendsCompleted() < control, "a zero-copy send completed while its receiver was idle");
+    }
+    senderDone = 1;
+    pollUntil({connection.get()}, [&] { return connection->sendsCompleted() == control; });
+    freeShared(shared);
+  });
+  auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()));
+  auto connection = transport->connect(processPeer(1, child.pid), 0);
+  CHECK(receiveOne(*connection, 1) == std::vector<unsigned char>{7});
+  receiverIdle = 1;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (senderDone.load() == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  if (senderDone.load() != 1) {
+    FAIL_CHECK("the sender did not finish its copied-out sends: " << finishChild(child));
+    ::munmap(flags, 4096);
+    return;
+  }
+  const auto content = randomBytes(arena, seed);
+  const auto overwritten = randomBytes(arena, seed + 1);
+  std::vector<ExpectedMessage> expected;
+  for (const Piece& p : pieces) expected.push_back({content.data() + p.offset, p.bytes});
+  expected.push_back({overwritten.data(), controlBytes});
+  receiveAndCheck(*connection, expected, false, 0);
+  const ShmConnectionStats stats = shmConnectionStats(*connection);
+  CHECK(stats.cmaMessagesReceived == 0);
+  if (stats.zeroCopyReceive) {
+    CHECK(stats.zeroCopyMessagesReceived == 1);  // the control
+  } else {
+    WARN("this process may not open the peer's /proc/<pid>/fd; everything went through the FIFO");
+  }
+  CHECK(finishChild(child) == "");
+  ::munmap(flags, 4096);
+  connection.reset();
+  CHECK(leftoverSegments(hash).empty());
+  config::clearOverrides();
+}
+
 TEST_CASE("shm zero copy stays off when TOPOCCL_SHM_ZERO_COPY=0") {
   SmallFifo settings(true);
   config::setOverride("TOPOCCL_SHM_ZERO_COPY", "0");

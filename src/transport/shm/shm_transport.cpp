@@ -226,6 +226,7 @@ struct PendingSend {
   CopyFn copy = nullptr;          // how we copy blocks of it for the receiver (Connection::setPeerCopy)
   uint64_t offerSequence = 0;     // zero copy: the sequence a CopyOffer for it names (its first slot's); 0 = none
   bool receiverWritesMirror = false;  // a mirrored send published as such: whoever copies a block writes its mirror
+  bool copyOut = false;               // postSendCopyOut: through the FIFO, never read in place (zero copy or CMA)
 };
 
 struct PendingRecv {
@@ -281,6 +282,14 @@ class ShmConnection final : public Connection {
     }
     sends_.push_back({static_cast<const unsigned char*>(data), bytes, nullptr, 0, false, 0, peerCopy_});
     return ++sendsPosted_;
+  }
+
+  // The bytes go through the FIFO even from a shared allocation: copied into the ring by our next progress(), the
+  // send completes then, not when the peer has read our buffer.
+  Ticket postSendCopyOut(const void* data, size_t bytes) override {
+    const Ticket ticket = postSend(data, bytes);
+    if (sendsCompleted_ < ticket) sends_[sends_.size() - 1].copyOut = true;
+    return ticket;
   }
 
   // Any two disjoint buffers. Who writes the mirror is decided per message at publish: the receiver where both
@@ -1057,7 +1066,8 @@ class ShmConnection final : public Connection {
       if (!claimOutgoingSlots(1)) break;
       PendingSend& send = sends_[nextToPublish_];
       std::optional<SharedRange> shared;
-      if (outZeroCopyThreshold_ != 0 && send.offset == 0 && send.bytes >= outZeroCopyThreshold_) shared = findShared(send.data, send.bytes);
+      if (outZeroCopyThreshold_ != 0 && !send.copyOut && send.offset == 0 && send.bytes >= outZeroCopyThreshold_)
+        shared = findShared(send.data, send.bytes);
       if (send.mirror != nullptr && shared && out_.descriptorCount >= 2) {
         if (const std::optional<SharedRange> mirror = findShared(send.mirror, send.bytes)) {
           if (!publishMirrored(send, *shared, *mirror)) break;
@@ -1079,7 +1089,7 @@ class ShmConnection final : public Connection {
         send.releasedAtTail = outHead_ + 1;
         send.offerSequence = outHead_ + 1;
         send.offset = send.bytes;
-      } else if (outCmaThreshold_ != 0 && send.bytes >= outCmaThreshold_) {
+      } else if (outCmaThreshold_ != 0 && !send.copyOut && send.bytes >= outCmaThreshold_) {
         slot.offset = 0;
         slot.fragmentBytes = 0;
         slot.kind = kCmaDescriptor;
