@@ -35,8 +35,9 @@ inline const Param<bool> kShmCma{"TOPOCCL_SHM_CMA", false,
 inline const Param<bool> kShmZeroCopy{"TOPOCCL_SHM_ZERO_COPY", true,
                                      "ncclMemAlloc returns shared memory (a memfd), and shm receivers copy large messages "
                                      "straight out of such a sender's buffer: one copy instead of the FIFO's two"};
-inline const Param<int64_t> kShmZeroCopyThreshold{"TOPOCCL_SHM_ZERO_COPY_THRESHOLD", 32768,
-                                                  "Messages at least this large from ncclMemAlloc buffers go zero-copy"};
+inline const Param<int64_t> kShmZeroCopyThreshold{"TOPOCCL_SHM_ZERO_COPY_THRESHOLD", 0,
+                                                  "Messages at least this large from ncclMemAlloc buffers go zero-copy; "
+                                                  "0 = 8 KiB when the ranks have cores of their own, else 32 KiB"};
 inline const Param<int64_t> kShmSharedCopyBytes{"TOPOCCL_SHM_SHARED_COPY_BYTES", 128 << 10,
                                                 "Zero-copy shm messages at least this large, into an ncclMemAlloc buffer, are "
                                                 "copied by both ends at once: the sender claims blocks while it waits; 0 = off"};

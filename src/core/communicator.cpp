@@ -370,9 +370,6 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
       peerRoute_[r] = Route::Local;
     else if (proximity != topo::Proximity::OtherHost && wire[r].shmAllowed && mine.shmAllowed)
       peerRoute_[r] = Route::Shm;
-    if (r == rank_) continue;
-    if (peerRoute_[r] == Route::Local && !localTransport_) localTransport_ = transport::makeLocalTransport(identity_);
-    if (peerRoute_[r] == Route::Shm && !shmTransport_) shmTransport_ = transport::makeShmTransport(identity_, peers_[rank_]);
   }
 
   {
@@ -409,6 +406,14 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
     if (yields < -1) throwInvalidArgument(std::string(params::kYieldsBeforeSleep.name()) + "=" + std::to_string(yields) + " must be >= -1");
     idleBeforeSleep_ = spinsBeforeYield_ + (yields >= 0 ? static_cast<unsigned>(std::min<int64_t>(yields, 1 << 30)) : (sharesCores_ ? 256u : 4096u));
     machineRanks_ = std::max<size_t>(1, localRanks);
+  }
+  for (int r = 0; r < nranks_; ++r) {
+    if (r == rank_) continue;
+    if (peerRoute_[r] == Route::Local && !localTransport_) localTransport_ = transport::makeLocalTransport(identity_);
+    if (peerRoute_[r] == Route::Shm && !shmTransport_) {
+      shmTransport_ = transport::makeShmTransport(
+          identity_, peers_[rank_], sharesCores_ ? transport::kZeroCopyBytesSharingCores : transport::kZeroCopyBytesOwnCores);
+    }
   }
   // Streaming stores pay once the buffers of every rank on this machine are past its last-level cache:
   // at 0.5x they took twice as long, at 1-1.25x up to 1.35x on 4 ranks, from 1.5x on they won by 1.1-1.45x

@@ -1328,6 +1328,50 @@ TEST_CASE("shm copied-out sends go through the FIFO and complete before the rece
   config::clearOverrides();
 }
 
+// The communicator gives the transport its zero-copy size (8 KiB where ranks have cores of their own, 32 KiB where
+// they share); the receiver offers it, and TOPOCCL_SHM_ZERO_COPY_THRESHOLD, when set, overrides it. Messages just
+// below and at the size, from a shared allocation: only those at or above it go zero copy.
+TEST_CASE("shm zero copy starts at the size the transport was made with, unless the setting says otherwise") {
+  const bool overridden = GENERATE(false, true);
+  const size_t given = GENERATE(kZeroCopyBytesOwnCores, kZeroCopyBytesSharingCores);
+  config::clearOverrides();
+  config::setOverride("TOPOCCL_SHM_CMA", "0");
+  if (overridden) config::setOverride("TOPOCCL_SHM_ZERO_COPY_THRESHOLD", "20000");
+  const size_t threshold = overridden ? 20000 : given;
+  INFO("made with " << given << ", threshold " << threshold);
+  const uint64_t hash = freshCommHash();
+  const uint64_t seed = hash & 0xfff;
+  const std::vector<size_t> sizes = {threshold - 1, threshold, threshold + 4093, 8191, 32767, 32768};
+  const size_t arena = 64 << 10;
+  const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
+    auto transport = makeShmTransport({hash, 0, 1, 2}, self, given);
+    auto connection = transport->connect(peer, 0);
+    auto* shared = static_cast<unsigned char*>(allocateShared(arena));
+    const auto content = randomBytes(arena, seed);
+    std::memcpy(shared, content.data(), arena);
+    Ticket last = 0;
+    for (size_t bytes : sizes) last = connection->postSend(shared, bytes);
+    pollUntil({connection.get()}, [&] { return connection->sendsCompleted() == last; });
+    freeShared(shared);
+  });
+  auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()), given);
+  auto connection = transport->connect(processPeer(1, child.pid), 0);
+  const auto content = randomBytes(arena, seed);
+  std::vector<ExpectedMessage> expected;
+  for (size_t bytes : sizes) expected.push_back({content.data(), bytes});
+  receiveAndCheck(*connection, expected, false, 0);
+  const ShmConnectionStats stats = shmConnectionStats(*connection);
+  if (stats.zeroCopyReceive) {
+    const auto atOrAbove = static_cast<uint64_t>(std::count_if(sizes.begin(), sizes.end(), [&](size_t b) { return b >= threshold; }));
+    CHECK(stats.zeroCopyMessagesReceived == atOrAbove);
+    CHECK(stats.fifoMessagesReceived == sizes.size() - atOrAbove);
+  } else {
+    WARN("this process may not open the peer's /proc/<pid>/fd; everything went through the FIFO");
+  }
+  CHECK(finishChild(child) == "");
+  config::clearOverrides();
+}
+
 TEST_CASE("shm zero copy stays off when TOPOCCL_SHM_ZERO_COPY=0") {
   SmallFifo settings(true);
   config::setOverride("TOPOCCL_SHM_ZERO_COPY", "0");

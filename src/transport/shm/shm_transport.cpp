@@ -242,7 +242,7 @@ struct PendingRecv {
 
 class ShmConnection final : public Connection {
  public:
-  ShmConnection(const CommIdentity& identity, const PeerInfo& self, const PeerInfo& peer, int channel)
+  ShmConnection(const CommIdentity& identity, const PeerInfo& self, const PeerInfo& peer, int channel, size_t zeroCopyThreshold)
       : commHash_(identity.commHash),
         selfRank_(identity.rank),
         selfPid_(self.pid > 0 ? self.pid : static_cast<int64_t>(::getpid())),
@@ -253,7 +253,10 @@ class ShmConnection final : public Connection {
     const int64_t timeoutMs = params::kTimeoutMs.get();
     if (timeoutMs > 0) connectDeadline_ = Clock::now() + std::chrono::milliseconds(timeoutMs);
     cmaThreshold_ = !params::kShmCma.get() ? 0 : static_cast<uint64_t>(std::max<int64_t>(1, params::kShmCmaThreshold.get()));
-    zeroCopyThreshold_ = !params::kShmZeroCopy.get() ? 0 : static_cast<uint64_t>(std::max<int64_t>(1, params::kShmZeroCopyThreshold.get()));
+    const int64_t zeroCopyFrom = params::kShmZeroCopyThreshold.get();
+    zeroCopyThreshold_ = !params::kShmZeroCopy.get() ? 0
+                         : zeroCopyFrom > 0       ? static_cast<uint64_t>(zeroCopyFrom)
+                                                  : std::max<uint64_t>(1, zeroCopyThreshold);
     sharedCopyBytes_ = static_cast<uint64_t>(std::max<int64_t>(0, params::kShmSharedCopyBytes.get()));
     createIncomingSegment();
   }
@@ -503,7 +506,7 @@ class ShmConnection final : public Connection {
       directSendMaxBytes_ = static_cast<int64_t>(direct);
       TOPOCCL_INFO(log::kShm, "shm: rank %d -> rank %d channel %d connected, %zu slots, %zu-byte ring in fragments of up to %zu bytes, CMA %s, zero copy %s",
                    selfRank_, peerRank_, channel_, out_.descriptorCount, out_.payloadBytes, out_.fragmentBytes, outCmaThreshold_ ? "on" : "off",
-                   outZeroCopyThreshold_ ? "on" : "off");
+                   outZeroCopyThreshold_ ? ("from " + std::to_string(outZeroCopyThreshold_) + " B").c_str() : "off");
     }
   }
 
@@ -1298,7 +1301,8 @@ class ShmConnection final : public Connection {
 
 class ShmTransport final : public Transport {
  public:
-  ShmTransport(const CommIdentity& identity, const PeerInfo& self) : identity_(identity), self_(self) {}
+  ShmTransport(const CommIdentity& identity, const PeerInfo& self, size_t zeroCopyThreshold)
+      : identity_(identity), self_(self), zeroCopyThreshold_(zeroCopyThreshold) {}
 
   const char* name() const override { return "shm"; }
 
@@ -1313,12 +1317,13 @@ class ShmTransport final : public Transport {
     }
     if (peer.pid <= 0) throwInvalidArgument("shm transport: rank " + std::to_string(peer.rank) + " has no pid");
     if (channel < 0) throwInvalidArgument("shm transport: channel " + std::to_string(channel) + " is negative");
-    return std::make_unique<ShmConnection>(identity_, self_, peer, channel);
+    return std::make_unique<ShmConnection>(identity_, self_, peer, channel, zeroCopyThreshold_);
   }
 
  private:
   CommIdentity identity_;
   PeerInfo self_;
+  size_t zeroCopyThreshold_;
 };
 
 }  // namespace
@@ -1390,10 +1395,10 @@ std::vector<std::string> removeShmSegmentsOfExitedRanks() {
   return removed;
 }
 
-std::unique_ptr<Transport> makeShmTransport(const CommIdentity& identity, const PeerInfo& self) {
+std::unique_ptr<Transport> makeShmTransport(const CommIdentity& identity, const PeerInfo& self, size_t zeroCopyThreshold) {
   static std::once_flag swept;  // once per process: the names only pile up across runs
   std::call_once(swept, [] { removeShmSegmentsOfExitedRanks(); });
-  return std::make_unique<ShmTransport>(identity, self);
+  return std::make_unique<ShmTransport>(identity, self, zeroCopyThreshold);
 }
 
 }  // namespace topoccl::transport
