@@ -379,9 +379,23 @@ std::string Execution::describeWaiting() const {
   return out.str();
 }
 
+namespace {
+
+bool overlaps(const char* a, size_t an, const char* b, size_t bn) { return an > 0 && bn > 0 && a < b + bn && b < a + an; }
+
+// Whether any step of any lane satisfies `matches`.
+template <class Predicate>
+bool anyStep(const std::vector<ResolvedLane>& lanes, Predicate matches) {
+  for (const ResolvedLane& lane : lanes)
+    for (const ResolvedStep& s : lane.steps)
+      if (matches(s)) return true;
+  return false;
+}
+
+}  // namespace
+
 size_t fuseStagedReceives(std::vector<ResolvedLane>& lanes, const char* scratch, size_t scratchBytes, size_t maxSliceBytes) {
   if (scratch == nullptr || scratchBytes == 0 || maxSliceBytes > Execution::kMaxBounceSliceBytes) return 0;
-  const auto overlaps = [](const char* a, size_t an, const char* b, size_t bn) { return an > 0 && bn > 0 && a < b + bn && b < a + an; };
   // Whether any step other than lane l's steps i and i + 1 reads or writes [begin, begin + bytes).
   const auto touchedElsewhere = [&](const char* begin, size_t bytes, size_t l, size_t i) {
     for (size_t l2 = 0; l2 < lanes.size(); ++l2)
@@ -394,10 +408,9 @@ size_t fuseStagedReceives(std::vector<ResolvedLane>& lanes, const char* scratch,
     return false;
   };
   const auto sentElsewhere = [&](const char* begin, size_t bytes) {
-    for (const ResolvedLane& lane : lanes)
-      for (const ResolvedStep& s : lane.steps)
-        if (algo::stepSends(s.kind) && algo::stepReads(s.kind) && overlaps(s.src, s.bytes, begin, bytes)) return true;
-    return false;
+    return anyStep(lanes, [&](const ResolvedStep& s) {
+      return algo::stepSends(s.kind) && algo::stepReads(s.kind) && overlaps(s.src, s.bytes, begin, bytes);
+    });
   };
   size_t fused = 0;
   for (size_t l = 0; l < lanes.size(); ++l) {
@@ -428,7 +441,6 @@ size_t fuseStagedReceives(std::vector<ResolvedLane>& lanes, const char* scratch,
 }
 
 size_t fuseMirroredCopies(std::vector<ResolvedLane>& lanes) {
-  const auto overlaps = [](const char* a, size_t an, const char* b, size_t bn) { return an > 0 && bn > 0 && a < b + bn && b < a + an; };
   // Whether a step other than lane l's step `except` reads (when `reads`) or writes [begin, begin + bytes).
   const auto touched = [&](const char* begin, size_t bytes, size_t l, size_t except, bool reads) {
     for (size_t l2 = 0; l2 < lanes.size(); ++l2)
@@ -465,12 +477,10 @@ size_t fuseMirroredCopies(std::vector<ResolvedLane>& lanes) {
 }
 
 size_t markCopiedOutSends(std::vector<ResolvedLane>& lanes, size_t maxStepBytes) {
-  const auto overlaps = [](const char* a, size_t an, const char* b, size_t bn) { return an > 0 && bn > 0 && a < b + bn && b < a + an; };
   const auto receivedInto = [&](const char* begin, size_t bytes) {
-    for (const ResolvedLane& lane : lanes)
-      for (const ResolvedStep& s : lane.steps)
-        if (algo::stepReceives(s.kind) && algo::stepWrites(s.kind) && overlaps(s.dst, s.bytes, begin, bytes)) return true;
-    return false;
+    return anyStep(lanes, [&](const ResolvedStep& s) {
+      return algo::stepReceives(s.kind) && algo::stepWrites(s.kind) && overlaps(s.dst, s.bytes, begin, bytes);
+    });
   };
   size_t marked = 0;
   for (ResolvedLane& lane : lanes)
