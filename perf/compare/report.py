@@ -382,7 +382,9 @@ def main():
         md += [f"| {r['ceiling']} | {r['variant']} | {r['threads']} | {r['best']} | {r['median']} | {r['unit']} |" for r in ceil]
         md += ["", "membw: arrays of MEMBW_MIB (256 MiB unless set), memcpy and stream (non-temporal stores) count 2×S bytes, "
                "acc (a += b) 3×S; tcp: 127.0.0.1, TCP_NODELAY; shm: one cache line handed between two processes; "
-               "switch: two processes on one CPU yielding a turn to each other, one hand-off.", ""]
+               "switch: two processes on one CPU yielding a turn to each other, one hand-off; copies: an out-of-place "
+               "all-to-all's or all-gather's copies alone on two threads, us per call (variant coll-npN-bytes; "
+               "`targets.py` sets them beside the rows that miss).", ""]
     lines, bad = correctness(d)
     md += ["## Correctness", ""] + lines + [""]
     md += (["**Wrong results:**", ""] + [f"- {x}" for x in bad] + [""]) if bad else ["Every checked result was exact (0 wrong elements).", ""]

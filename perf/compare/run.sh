@@ -193,13 +193,14 @@ printf 'system\tnp\tcoll\tband\trep\trc\tseconds\thandoff_us\n' > "$OUT/runs.tsv
 
 # ---- ceilings --------------------------------------------------------------------------------
 if [ "$CEILINGS" = 1 ]; then
-  echo "run.sh: ceilings (memory bandwidth, loopback TCP, shared-memory handshake, context switch)"
+  echo "run.sh: ceilings (memory bandwidth, loopback TCP, shared-memory handshake, context switch, all-to-all and all-gather copies alone)"
   note_load ceilings
   { "$BIN/ceilings" header
     timeout 300 "$BIN/ceilings" membw -s "${MEMBW_MIB:-256}" -r 5
     timeout 300 "$BIN/ceilings" tcp -m 512 -r 3
     timeout 120 "$BIN/ceilings" shm
-    timeout 60 "$BIN/ceilings" switch; } > "$OUT/ceilings.csv" 2> "$OUT/logs/ceilings.log"
+    timeout 60 "$BIN/ceilings" switch
+    timeout 300 "$BIN/ceilings" copies -r 3; } > "$OUT/ceilings.csv" 2> "$OUT/logs/ceilings.log"
   column -s, -t < "$OUT/ceilings.csv" | sed 's/^/  /'
 fi
 

@@ -121,6 +121,19 @@ def ceiling_of(run, ceiling, variant):
     return best
 
 
+def ceiling_of_min(run, ceiling, variant):
+    """The lowest median of a probe measured in us (lower is better), or None."""
+    best = None
+    path = os.path.join(run, "ceilings.csv")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            if r["ceiling"] == ceiling and r["variant"] == variant:
+                best = min(best if best is not None else float("inf"), float(r["median"]))
+    return best
+
+
 def bound_text(mine, theirs, ceiling):
     # Where a system passes the probe (buffers in cache, or the probe's own threads contending), it bounds nothing.
     return "- (probe passed)" if max(mine, theirs) > ceiling else f"{ceiling / theirs:.2f}x"
@@ -269,6 +282,33 @@ def main():
         out.append("| ranks | collective | size | topoccl us | OpenMPI us | floor us | topoccl % of floor speed | OpenMPI % | most ratio possible |")
         out.append("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
         out.extend(copy_rows)
+
+    # Every missing all-gather and all-to-all row against the same copies with no library around them (`ceilings
+    # copies`): inside the caches too, where the memory floor above says nothing.
+    alone_rows = []
+    for n in nps:
+        for c in ("all_gather", "alltoall"):
+            for b in sorted(b for (s_, np_, cc, b) in t if s_ == "topoccl" and np_ == n and cc == c and b >= 1 << 20):
+                alone = ceiling_of_min(a.run, "copies", f"{c}-np{n}-{b}")
+                if alone is None or ("mpi", n, c, b) not in t:
+                    continue
+                mine, theirs = t[("topoccl", n, c, b)], t[("mpi", n, c, b)]
+                if theirs / mine >= 1.5:
+                    continue
+                alone_rows.append(f"| {n} | {c} | {size(b)} | {mine:.0f} | {theirs:.0f} | {alone:.0f} | {mine / alone:.2f} | "
+                                  f"{theirs / alone:.2f}x |")
+    if alone_rows:
+        out.append("")
+        out.append("Each missing all-gather and all-to-all row against the same copies done alone (`ceilings copies`, this "
+                   "run): two threads, one per CPU, copying what every out-of-place implementation must (all-to-all: each "
+                   "rank's block for each rank once; all-gather: each input read once and written to every output while "
+                   "in L1), the best of cached and non-temporal stores and of three block orders, a barrier per call and "
+                   "nothing else. topoccl / alone near 1 means the library costs nothing beyond the copies (below 1, it "
+                   "found a better order than the probe's); OpenMPI / alone is the most a library that did only these "
+                   "copies could be ahead of OpenMPI.\n")
+        out.append("| ranks | collective | size | topoccl us | OpenMPI us | copies alone us | topoccl / alone | most ratio possible |")
+        out.append("|---:|---|---:|---:|---:|---:|---:|---:|")
+        out.extend(alone_rows)
 
     # 64 MiB all-reduce, 2 ranks, against the memory ceiling.
     out.append("")

@@ -10,10 +10,19 @@
 //       uni     one direction, GB/s            bidi   both directions at once, GB/s per direction
 //       rtt8    8-byte ping-pong round trip, us
 //   ceilings shm [-p rounds]            cross-process cache-line ping-pong, one-way latency, us
+//   ceilings copies [-r reps]           the copies every out-of-place all-to-all and all-gather must make, alone: 2 and 4
+//                                       ranks' worth on two threads (one per CPU; with 4 ranks each thread does two
+//                                       ranks' copies), a barrier per call and nothing else, at 2 MiB-256 MiB. All-to-all:
+//                                       each rank's block for each rank, self included, copied once. All-gather: each
+//                                       rank's input read once, 32 KiB at a time, and written to every output while in
+//                                       L1 (what a mirrored send does). The best of cached and non-temporal stores (and,
+//                                       for all-to-all, of three orders of the blocks); us per call (variant
+//                                       coll-npN-bytes): what a library that did nothing but these copies would take.
 //   ceilings switch [-p rounds]         two processes on one CPU handing a turn back and forth, each yielding while it
 //                                       waits: one hand-off (a context switch), us. Ranks that outnumber the CPUs pay
 //                                       at least one per CPU and call: every rank on a CPU must run for a call to end.
 #include <arpa/inet.h>
+#include <pthread.h>
 #include <sched.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -33,6 +42,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -77,6 +87,157 @@ void streamCopy(float* dst, const float* src, size_t count) {
 #else
   memcpy(dst, src, count * sizeof(float));
 #endif
+}
+
+// ---- the copies of all-to-all and all-gather ---------------------------------------------------------------
+// Two threads on CPUs 0 and 1 (when there are two), meeting at a spinning barrier before and after each call.
+class TwoThreads {
+ public:
+  // Runs body(thread) on both threads `calls` times; returns each call's wall time (us), barrier to barrier.
+  std::vector<double> run(int calls, const std::function<void(int)>& body) {
+    std::vector<double> times;
+    std::atomic<int> arrived{0};
+    std::atomic<int> generation{0};
+    const auto barrier = [&] {
+      const int g = generation.load(std::memory_order_acquire);
+      if (arrived.fetch_add(1, std::memory_order_acq_rel) == 1) {
+        arrived.store(0, std::memory_order_relaxed);
+        generation.store(g + 1, std::memory_order_release);
+      } else {
+        while (generation.load(std::memory_order_acquire) == g) {
+        }
+      }
+    };
+    std::thread other([&] {
+      pin(1);
+      for (int c = 0; c < calls; c++) {
+        barrier();
+        body(1);
+        barrier();
+      }
+    });
+    pin(0);
+    for (int c = 0; c < calls; c++) {
+      barrier();
+      const double t0 = now_s();
+      body(0);
+      barrier();
+      times.push_back((now_s() - t0) * 1e6);
+    }
+    other.join();
+    return times;
+  }
+
+ private:
+  static void pin(int cpu) {
+    if (std::thread::hardware_concurrency() < 2) return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    (void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+  }
+};
+
+int copies(int reps) {
+  using CopyFn = void (*)(void*, const void*, size_t);
+  const CopyFn cached = [](void* d, const void* s, size_t b) { memcpy(d, s, b); };
+  const CopyFn streaming = [](void* d, const void* s, size_t b) {
+    streamCopy(static_cast<float*>(d), static_cast<const float*>(s), b / sizeof(float));
+  };
+  constexpr size_t kBlock = 32 << 10;
+  for (int n : {2, 4}) {
+    for (size_t bytes : {size_t{2} << 20, size_t{8} << 20, size_t{32} << 20, size_t{128} << 20, size_t{256} << 20}) {
+      const int calls = (int)std::clamp<size_t>((size_t{1} << 30) / bytes, 3, 20);
+      // all-to-all: `bytes` sent and received per rank, a block of bytes / n for each rank
+      {
+        const size_t block = bytes / n;
+        std::vector<char*> send(n), recv(n);
+        for (int r = 0; r < n; r++) {
+          send[r] = (char*)aligned_alloc(4096, bytes);
+          recv[r] = (char*)aligned_alloc(4096, bytes);
+          if (!send[r] || !recv[r]) die("aligned_alloc");
+        }
+        TwoThreads two;
+        two.run(1, [&](int t) {  // first touch by the thread that copies into and out of them
+          for (int r = t; r < n; r += 2) memset(send[r], r + 1, bytes), memset(recv[r], 0, bytes);
+        });
+        std::vector<double> best;
+        const char* bestHow = "";
+        // Three orders: own block first, own block last, and every block a 64 KiB piece at a time.
+        for (CopyFn copy : {cached, streaming})
+          for (int order = 0; order < 3; order++) {
+            std::vector<double> medians;
+            for (int rep = 0; rep < reps; rep++) {
+              const auto times = two.run(calls, [&](int t) {
+                for (int r = t; r < n; r += 2) {
+                  if (order < 2) {
+                    for (int k = 0; k < n; k++) {
+                      const int from = (r + k + order) % n;
+                      copy(recv[r] + from * block, send[from] + r * block, block);
+                    }
+                    continue;
+                  }
+                  for (size_t at = 0; at < block; at += 2 * kBlock)
+                    for (int from = 0; from < n; from++)
+                      copy(recv[r] + from * block + at, send[from] + r * block + at, std::min(2 * kBlock, block - at));
+                }
+              });
+              medians.push_back(median(times));
+            }
+            if (best.empty() || median(medians) < median(best)) {
+              best = medians;
+              static const char* const kHow[2][3] = {{"cached, own block first", "cached, own block last", "cached, in 64 KiB pieces"},
+                                                     {"streaming, own block first", "streaming, own block last", "streaming, in 64 KiB pieces"}};
+              bestHow = kHow[copy == streaming][order];
+            }
+          }
+        char variant[64];
+        snprintf(variant, sizeof(variant), "alltoall-np%d-%zu", n, bytes);
+        fprintf(stderr, "copies: %s fastest %s\n", variant, bestHow);
+        emit("copies", variant, 2, best, false, "us");
+        for (int r = 0; r < n; r++) free(send[r]), free(recv[r]);
+      }
+      // all-gather: `bytes` of output per rank, each rank's input bytes / n
+      {
+        const size_t part = bytes / n;
+        std::vector<char*> in(n), out(n);
+        for (int r = 0; r < n; r++) {
+          in[r] = (char*)aligned_alloc(4096, part);
+          out[r] = (char*)aligned_alloc(4096, bytes);
+          if (!in[r] || !out[r]) die("aligned_alloc");
+        }
+        TwoThreads two;
+        two.run(1, [&](int t) {
+          for (int r = t; r < n; r += 2) memset(in[r], r + 1, part), memset(out[r], 0, bytes);
+        });
+        std::vector<double> best;
+        const char* bestHow = "";
+        for (CopyFn copy : {cached, streaming}) {
+          std::vector<double> medians;
+          for (int rep = 0; rep < reps; rep++) {
+            const auto times = two.run(calls, [&](int t) {
+              for (int r = t; r < n; r += 2)
+                for (size_t at = 0; at < part; at += kBlock) {
+                  const size_t piece = std::min(kBlock, part - at);
+                  for (int to = 0; to < n; to++) copy(out[to] + r * part + at, in[r] + at, piece);
+                }
+            });
+            medians.push_back(median(times));
+          }
+          if (best.empty() || median(medians) < median(best)) {
+            best = medians;
+            bestHow = copy == streaming ? "streaming" : "cached";
+          }
+        }
+        char variant[64];
+        snprintf(variant, sizeof(variant), "all_gather-np%d-%zu", n, bytes);
+        fprintf(stderr, "copies: %s fastest %s\n", variant, bestHow);
+        emit("copies", variant, 2, best, false, "us");
+        for (int r = 0; r < n; r++) free(in[r]), free(out[r]);
+      }
+    }
+  }
+  return 0;
 }
 
 int membw(size_t mib, int reps, int maxT) {
@@ -352,6 +513,7 @@ int main(int argc, char** argv) {
   if (mode == "tcp") return tcp(mib ? mib : 512, rounds, reps);
   if (mode == "shm") return shm(rounds * 10);
   if (mode == "switch") return contextSwitch(rounds * 5);
-  fprintf(stderr, "usage: %s header | membw [-s MiB] [-r reps] [-T threads] | tcp [-m MiB] [-r reps] [-p rounds] | shm [-p rounds/10] | switch [-p rounds/5]\n", argv[0]);
+  if (mode == "copies") return copies(reps);
+  fprintf(stderr, "usage: %s header | membw [-s MiB] [-r reps] [-T threads] | tcp [-m MiB] [-r reps] [-p rounds] | shm [-p rounds/10] | switch [-p rounds/5] | copies [-r reps]\n", argv[0]);
   return 2;
 }
