@@ -108,30 +108,23 @@ def busbw(coll, n, nbytes, us):
     return nbytes / (us * 1e3) * BUS[coll](n)
 
 
-def ceiling_of(run, ceiling, variant):
-    """The best median of one ceiling probe over its thread counts, or None."""
-    best = None
+def probe_medians(run, ceiling, variant):
+    """The medians of one ceiling probe's rows (one per thread count) in the run's ceilings.csv."""
     path = os.path.join(run, "ceilings.csv")
     if not os.path.exists(path):
-        return None
+        return []
     with open(path) as f:
-        for r in csv.DictReader(f):
-            if r["ceiling"] == ceiling and r["variant"] == variant:
-                best = max(best or 0.0, float(r["median"]))
-    return best
+        return [float(r["median"]) for r in csv.DictReader(f) if r["ceiling"] == ceiling and r["variant"] == variant]
+
+
+def ceiling_of(run, ceiling, variant):
+    """The best median of one ceiling probe over its thread counts (higher is better), or None."""
+    return max(probe_medians(run, ceiling, variant), default=None)
 
 
 def ceiling_of_min(run, ceiling, variant):
     """The lowest median of a probe measured in us (lower is better), or None."""
-    best = None
-    path = os.path.join(run, "ceilings.csv")
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        for r in csv.DictReader(f):
-            if r["ceiling"] == ceiling and r["variant"] == variant:
-                best = min(best if best is not None else float("inf"), float(r["median"]))
-    return best
+    return min(probe_medians(run, ceiling, variant), default=None)
 
 
 def bound_text(mine, theirs, ceiling):
