@@ -74,10 +74,6 @@ inline const Param<bool> kBindOversubscribed{"TOPOCCL_BIND_OVERSUBSCRIBED", true
                                             "a process of its own and placed by nobody, bind themselves one to a CPU in "
                                             "turn (rank i of the machine on the (i mod n)-th CPU) at communicator "
                                             "creation; 0 leaves them to the scheduler"};
-inline const Param<bool> kAsymmetricFence{"TOPOCCL_ASYMMETRIC_FENCE", true,
-                                         "A rank about to sleep on shm or local peers issues membarrier(GLOBAL_EXPEDITED) "
-                                         "(Linux 4.16+), so the peers that publish to it need no fence per publish; 0, "
-                                         "or a kernel or seccomp filter without it: a fence per publish"};
 inline const Param<bool> kFutexWaitv{"TOPOCCL_FUTEX_WAITV", true,
                                     "A rank asleep on several connections waits on all of them at once (futex_waitv, "
                                     "Linux 5.16+); 0, or a kernel or seccomp filter without it: it naps on the first "

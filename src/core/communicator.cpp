@@ -1248,7 +1248,10 @@ bool Communicator::armDoorbells(Execution* collective, Execution* pointToPoint) 
   bool armable = collective != nullptr || (pointToPoint != nullptr && !pointToPoint->finished());
   if (armable && collective) armable = collective->armDoorbells(armedBells_);
   if (armable && pointToPoint && !pointToPoint->finished()) armable = pointToPoint->armDoorbells(armedBells_);
-  if (armable && !armedBells_.empty() && transport::sealArming(armedBells_)) return true;
+  if (armable && !armedBells_.empty()) {
+    transport::sealArming(armedBells_);
+    return true;
+  }
   transport::disarm(armedBells_);
   return false;
 }

@@ -1,8 +1,6 @@
 #include "transport/doorbell.hpp"
 
 #include <linux/futex.h>
-#include <linux/membarrier.h>
-#include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -28,49 +26,17 @@ timespec toTimespec(std::chrono::nanoseconds d) {
 
 std::atomic<bool> waitvMissing{false};  // kernels before 5.16 (ENOSYS), or a seccomp filter
 
-long membarrier(int command) { return ::syscall(SYS_membarrier, command, 0u, 0); }
-
-// asymmetricFences(): 0 not asked yet, 1 yes, 2 no. Asking twice at once is harmless: registration is idempotent.
-std::atomic<int> asymmetric{0};
-
-// A forked child is a new process: it registers itself before it relies on it.
-[[maybe_unused]] const int resetInForkedChildren = ::pthread_atfork(nullptr, nullptr, [] {
-  detail::ringersSkipFence.store(false, std::memory_order_relaxed);
-  asymmetric.store(0, std::memory_order_relaxed);
-});
-
 }  // namespace
 
-bool asymmetricFences() {
-  const int known = asymmetric.load(std::memory_order_acquire);
-  if (known != 0) return known == 1;
-  bool ok = false;
-  if (params::kAsymmetricFence.get()) {
-    const long commands = membarrier(MEMBARRIER_CMD_QUERY);
-    const long needed = MEMBARRIER_CMD_GLOBAL_EXPEDITED | MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED;
-    ok = commands > 0 && (commands & needed) == needed && membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) == 0;
-  }
-  detail::ringersSkipFence.store(ok, std::memory_order_relaxed);
-  asymmetric.store(ok ? 1 : 2, std::memory_order_release);
-  return ok;
-}
-
-bool sealArming(std::vector<ArmedDoorbell>& armed) {
-  bool ringersMaySkipFence = false;
-  for (const ArmedDoorbell& a : armed) ringersMaySkipFence |= a.bell->waiterFencesRingers.load(std::memory_order_relaxed) != 0;
-  // The syscall is a full barrier here too, and one on the CPU of every registered ringer that is running.
-  if (!ringersMaySkipFence) std::atomic_thread_fence(std::memory_order_seq_cst);
-  else if (membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) != 0) return false;
+void sealArming(std::vector<ArmedDoorbell>& armed) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   for (ArmedDoorbell& a : armed) {
     a.rings = a.bell->rings.load(std::memory_order_acquire);
     a.sealed = true;
   }
-  return true;
 }
 
 namespace detail {
-std::atomic<bool> ringersSkipFence{false};
-
 void wake(Doorbell& bell) {
   bell.rings.fetch_add(1, std::memory_order_release);
   ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&bell.rings), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);

@@ -16,26 +16,11 @@ namespace topoccl::transport {
 struct alignas(64) Doorbell {
   std::atomic<uint32_t> rings{0};     // the futex word: bumped by each ring that finds a sleeper
   std::atomic<uint32_t> sleeping{0};  // set by the waiter between arm() and disarm()
-  // Set by prepareToWait() before the waiter first arms: its arming then issues membarrier(GLOBAL_EXPEDITED),
-  // which stands in for the fence of every ringer registered for it (asymmetricFences()). 0: ringers fence.
-  std::atomic<uint32_t> waiterFencesRingers{0};
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "a doorbell must be lock-free to live in shared memory");
 
 // Call after the stores that publish something to the doorbell's waiter (data, a flag, a counter).
 inline void ring(Doorbell& bell);
-
-// Whether this process takes part in asymmetric fences: registered to receive membarrier(GLOBAL_EXPEDITED) (Linux
-// 4.16+) and allowed to issue it. Then a ring is a compiler barrier and a read, where a fence would wait for every
-// store in flight, most of them to lines the peer's CPU holds (a 4-rank 8 B broadcast's root spent 43% of its
-// time there); the rare sleeper pays instead, with one syscall as it arms. Asks once per process (again after a
-// fork); TOPOCCL_ASYMMETRIC_FENCE=0, or a kernel or seccomp filter without membarrier: no.
-bool asymmetricFences();
-
-// The bell's waiter (or its process, for a bell in its own memory) calls this once, before it first arms.
-inline void prepareToWait(Doorbell& bell) {
-  bell.waiterFencesRingers.store(asymmetricFences() ? 1 : 0, std::memory_order_relaxed);
-}
 
 // What a waiter sleeps on: the bell, and its ring count when it was armed.
 struct ArmedDoorbell {
@@ -51,10 +36,9 @@ inline void arm(Doorbell& bell, std::vector<ArmedDoorbell>& armed) {
   armed.push_back({&bell, 0});
 }
 
-// Pairs the armed bells' `sleeping` with ring(): either a ringer sees it, or the caller's next look sees the
-// ringer's data. One membarrier for them all when a bell's waiter fences for its ringers, else a fence. Then
-// records each bell's ring count. False when the membarrier failed: disarm and do not sleep.
-bool sealArming(std::vector<ArmedDoorbell>& armed);
+// Pairs the armed bells' `sleeping` with ring()'s fence: either a ringer sees it, or the caller's next look sees
+// the ringer's data. One fence for all the bells, then records each bell's ring count.
+void sealArming(std::vector<ArmedDoorbell>& armed);
 
 // Sleeps until one of the armed bells rings (or had rung since arming), the timeout passes or a signal
 // arrives, then disarms them all and clears `armed`. Returns at once when `armed` is empty. Throws, having
@@ -69,14 +53,12 @@ inline void disarm(std::vector<ArmedDoorbell>& armed) {
 
 namespace detail {
 void wake(Doorbell& bell);  // out of line: the syscall path
-extern std::atomic<bool> ringersSkipFence;  // asymmetricFences()'s answer, once asked, for ring()
-}  // namespace detail
+}
 
 inline void ring(Doorbell& bell) {
-  if (detail::ringersSkipFence.load(std::memory_order_relaxed) && bell.waiterFencesRingers.load(std::memory_order_relaxed) != 0)
-    std::atomic_signal_fence(std::memory_order_seq_cst);  // keeps the compiler from reading `sleeping` first
-  else
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+  // Pairs with sealArming()'s fence. Not a membarrier on the sleeper's side instead (tried, session 45: no
+  // difference measurable in one binary; the stall moves to the stores the fence waited for).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   if (bell.sleeping.load(std::memory_order_relaxed) != 0) detail::wake(bell);
 }
 

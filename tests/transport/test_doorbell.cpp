@@ -1,15 +1,12 @@
 // Doorbells: a sleeper wakes when a bell it armed rings, also when the ring came between arming and
 // sleeping, and not otherwise; ringing a bell nobody sleeps on makes no syscall (rings stays put).
-#include <linux/membarrier.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <functional>
 #include <thread>
 #include <vector>
 
@@ -28,7 +25,7 @@ namespace {
 Clock::duration sleepOn(const std::vector<Doorbell*>& bells, std::chrono::microseconds timeout = 30s) {
   std::vector<ArmedDoorbell> armed;
   for (Doorbell* bell : bells) arm(*bell, armed);
-  REQUIRE(sealArming(armed));
+  sealArming(armed);
   const auto start = Clock::now();
   sleepUntilRung(armed, timeout);
   CHECK(armed.empty());
@@ -50,7 +47,7 @@ TEST_CASE("a ring between arming and sleeping is not lost") {
   std::vector<ArmedDoorbell> armed;
   arm(bell, armed);
   REQUIRE(armed.size() == 1);
-  REQUIRE(sealArming(armed));
+  sealArming(armed);
   CHECK(bell.sleeping.load() == 1);
   ring(bell);  // the peer published just after we armed: the sleep must return at once
   CHECK(bell.rings.load() == 1);
@@ -129,7 +126,7 @@ TEST_CASE("without futex_waitv a sleeper on several bells naps on the first, in 
   while (!published) {
     arm(first, armed);
     arm(second, armed);
-    REQUIRE(sealArming(armed));
+    sealArming(armed);
     if (published) {
       disarm(armed);
       break;
@@ -143,66 +140,6 @@ TEST_CASE("without futex_waitv a sleeper on several bells naps on the first, in 
   topoccl::config::clearOverrides();
 }
 
-namespace {
-
-constexpr long kGetRegistrations = 1 << 9;  // MEMBARRIER_CMD_GET_REGISTRATIONS, Linux 6.3+; newer than Debian 12's headers
-
-long membarrierCall(long command) { return ::syscall(SYS_membarrier, command, 0u, 0); }
-
-bool kernelOffersGlobalExpedited() {
-  const long commands = membarrierCall(MEMBARRIER_CMD_QUERY);
-  const long needed = MEMBARRIER_CMD_GLOBAL_EXPEDITED | MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED;
-  return commands > 0 && (commands & needed) == needed;
-}
-
-// What a forked child found, as its exit code: 0 = as expected, else the number of the first check that failed.
-int inForkedChild(const std::function<int()>& body) {
-  const pid_t child = ::fork();
-  if (child == 0) ::_exit(body());
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 100;
-}
-
-}  // namespace
-
-TEST_CASE("asymmetric fences: on where the kernel offers membarrier, asked again by a forked child, off by setting") {
-  topoccl::config::clearOverrides();
-  const bool offered = kernelOffersGlobalExpedited();
-  INFO("membarrier(GLOBAL_EXPEDITED) offered: " << offered);
-  CHECK(asymmetricFences() == offered);
-  CHECK(detail::ringersSkipFence.load() == offered);
-  Doorbell bell;
-  prepareToWait(bell);
-  CHECK(bell.waiterFencesRingers.load() == (offered ? 1u : 0u));
-  if (offered) {
-    const long registered = membarrierCall(kGetRegistrations);
-    if (registered >= 0) CHECK((registered & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) != 0);  // the kernel agrees
-  }
-  // A child is a process of its own: until it asks, its ringers fence.
-  CHECK(inForkedChild([&] {
-          if (detail::ringersSkipFence.load()) return 1;
-          if (asymmetricFences() != offered) return 2;
-          const long registered = membarrierCall(kGetRegistrations);
-          if (offered && registered >= 0 && (registered & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) == 0) return 3;
-          return 0;
-        }) == 0);
-  CHECK(inForkedChild([&] {
-          topoccl::config::setOverride("TOPOCCL_ASYMMETRIC_FENCE", "0");
-          if (asymmetricFences() || detail::ringersSkipFence.load()) return 1;
-          Doorbell own;
-          prepareToWait(own);
-          if (own.waiterFencesRingers.load() != 0) return 2;
-          std::vector<ArmedDoorbell> armed;
-          arm(own, armed);
-          if (!sealArming(armed) || !armed.front().sealed) return 3;
-          ring(own);
-          sleepUntilRung(armed, 30s);  // returns at once: rung after arming
-          return own.rings.load() == 1 ? 0 : 4;
-        }) == 0);
-  topoccl::config::clearOverrides();
-}
-
 TEST_CASE("sleeping on a doorbell that was armed but not sealed is refused") {
   Doorbell bell;
   std::vector<ArmedDoorbell> armed;
@@ -213,18 +150,14 @@ TEST_CASE("sleeping on a doorbell that was armed but not sealed is refused") {
 }
 
 // The store-buffering litmus test behind every sleep: the waiter stores `sleeping` then reads the data, the ringer
-// stores the data then reads `sleeping`. Each side may read before its own store is visible, so without a barrier
-// on both sides both can miss: a lost wake-up. Armed-and-sealed against ring(), that outcome must never appear, with
-// the waiter's membarrier standing in for the ringer's fence (a prepared bell) and with fences on both sides. The
+// stores the data then reads `sleeping`. Each side may read before its own store is visible, so without a fence
+// on both sides both can miss: a lost wake-up. Armed-and-sealed against ring(), that outcome must never appear. The
 // same rounds with plain stores and loads show how often this machine reorders (reported, not asserted: it needs
-// both threads running at once).
+// both threads running at once; 15-16% of rounds on this 2-vCPU VM). With both fences made compiler barriers, 19% of
+// rounds lost their wake-up (session 45).
 TEST_CASE("a sealed arming and a ring never both miss each other") {
-  const bool prepared = GENERATE(true, false);
-  INFO((prepared ? "the waiter fences for its ringers (membarrier)" : "both sides fence"));
-  const int rounds = prepared ? 20000 : 200000;
+  const int rounds = 200000;
   Doorbell bell;
-  if (prepared) prepareToWait(bell);
-  REQUIRE(bell.waiterFencesRingers.load() == ((prepared && asymmetricFences()) ? 1u : 0u));
   std::atomic<uint32_t> data{0}, plainX{0}, plainY{0};
   std::atomic<int> arrived{0};
   std::atomic<uint32_t> ringerSaw{0};
@@ -237,8 +170,7 @@ TEST_CASE("a sealed arming and a ring never both miss each other") {
   };
   const auto jitter = [](uint32_t& state) {
     state = state * 1664525u + 1013904223u;
-    for (volatile uint32_t i = 0; i < (state >> 28); ++i) {
-    }
+    for (uint32_t i = 0; i < (state >> 28); ++i) std::atomic_signal_fence(std::memory_order_seq_cst);  // not optimised away
   };
   int plainMisses = 0, lostWakeUps = 0;
   std::thread ringer([&] {
@@ -269,7 +201,7 @@ TEST_CASE("a sealed arming and a ring never both miss each other") {
     jitter(state);
     if (round % 2 == 0) {
       arm(bell, armed);
-      REQUIRE(sealArming(armed));
+      sealArming(armed);
       const uint32_t seen = data.load(std::memory_order_relaxed);
       meet(phase);
       if (seen == 0 && bell.rings.load() == ringsBefore) ++lostWakeUps;
@@ -286,6 +218,6 @@ TEST_CASE("a sealed arming and a ring never both miss each other") {
   ringer.join();
   INFO("plain stores and loads: both missed in " << plainMisses << " of " << rounds / 2 << " rounds");
   CHECK(lostWakeUps == 0);
-  std::printf("doorbell litmus (%s): %d lost wake-ups in %d rounds; plain stores and loads both missed in %d\n",
-              prepared ? "membarrier" : "fences", lostWakeUps, rounds / 2, plainMisses);
+  std::printf("doorbell litmus: %d lost wake-ups in %d rounds; plain stores and loads both missed in %d\n", lostWakeUps,
+              rounds / 2, plainMisses);
 }

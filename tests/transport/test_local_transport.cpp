@@ -297,8 +297,8 @@ TEST_CASE("local ranks asleep on their doorbells are woken by every post and con
                   std::vector<ArmedDoorbell> armed;
                   for (connection->progress(); !done(); connection->progress()) {
                     if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("a sleeper was never woken");
-                    if (!connection->armDoorbells(armed) || !sealArming(armed))
-                      throw std::runtime_error("local connections can always be slept on");
+                    if (!connection->armDoorbells(armed)) throw std::runtime_error("local connections can always be slept on");
+                    sealArming(armed);
                     connection->progress();
                     if (done()) {
                       disarm(armed);

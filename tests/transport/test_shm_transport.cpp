@@ -1623,11 +1623,12 @@ int sleepUntilDone(Connection& connection, const std::function<bool()>& done) {
     connection.progress();
     if (done()) return sleeps;
     if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("a sleeper was never woken");
-    if (!connection.armDoorbells(armed) || !sealArming(armed)) {  // still connecting: the handshake does not ring
+    if (!connection.armDoorbells(armed)) {  // still connecting: the handshake does not ring
       disarm(armed);
       std::this_thread::yield();
       continue;
     }
+    sealArming(armed);
     connection.progress();
     if (done()) {
       disarm(armed);

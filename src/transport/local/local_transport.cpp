@@ -58,11 +58,7 @@ class Registry {
   std::shared_ptr<Direction> attach(const DirectionKey& key, bool asSender) {
     std::lock_guard lock(mutex_);
     auto& slot = directions_[key];
-    if (!slot) {
-      slot = std::make_shared<Direction>();
-      prepareToWait(slot->toReceiver);  // both ends live in this process
-      prepareToWait(slot->toSender);
-    }
+    if (!slot) slot = std::make_shared<Direction>();
     bool& attached = asSender ? slot->senderAttached : slot->receiverAttached;
     if (attached) {
       throwInvalidUsage("local transport: rank " + std::to_string(asSender ? key.sender : key.receiver) +

@@ -470,7 +470,6 @@ class ShmConnection final : public Connection {
     header->senderRank = peerRank_;
     header->receiverRank = selfRank_;
     header->channel = channel_;
-    prepareToWait(header->receiverBell);  // we wait on it
     header->state.store(kReady, std::memory_order_release);
   }
 
@@ -789,7 +788,6 @@ class ShmConnection final : public Connection {
     const std::optional<SharedRange> probe = params::kShmZeroCopy.get() ? shareProbe() : std::nullopt;
     header->senderShareProbeFd = probe ? probe->fd : -1;
     header->senderShareProbeInode = probe ? probe->inode : 0;
-    prepareToWait(header->senderBell);  // we wait on it
     uint32_t expected = kReady;
     if (!header->state.compare_exchange_strong(expected, kAttached, std::memory_order_acq_rel)) {
       throwInvalidUsage("shm transport: rank " + std::to_string(selfRank_) + " connected twice to rank " +
