@@ -37,7 +37,8 @@ inline const Param<bool> kShmZeroCopy{"TOPOCCL_SHM_ZERO_COPY", true,
                                      "straight out of such a sender's buffer: one copy instead of the FIFO's two"};
 inline const Param<int64_t> kShmZeroCopyThreshold{"TOPOCCL_SHM_ZERO_COPY_THRESHOLD", 0,
                                                   "Messages at least this large from ncclMemAlloc buffers go zero-copy; "
-                                                  "0 = 8 KiB when the ranks have cores of their own, else 32 KiB"};
+                                                  "0 = 8 KiB when the ranks have cores of their own, else 32 KiB (and 8 KiB for sends "
+                                                  "of ranks with receives still to do in the operation)"};
 inline const Param<int64_t> kShmSharedCopyBytes{"TOPOCCL_SHM_SHARED_COPY_BYTES", 128 << 10,
                                                 "Zero-copy shm messages at least this large, into an ncclMemAlloc buffer, are "
                                                 "copied by both ends at once: the sender claims blocks while it waits; 0 = off"};
@@ -45,7 +46,8 @@ inline const Param<int64_t> kShmCopyOutBytes{"TOPOCCL_SHM_COPY_OUT_BYTES", -1,
                                              "Sends of up to this many bytes per step that a receive of the same "
                                              "operation overwrites (in place) go through the shm FIFO instead of zero "
                                              "copy, so the receive need not wait for the peer to read them; 0 = never; "
-                                             "-1 = half the core's own cache (L2) when the rank has a core of its own, else never"};
+                                             "-1 = half the core's own cache (L2) when the rank has a core of its own, "
+                                             "else 32 KiB"};
 inline const Param<int64_t> kShmCmaThreshold{"TOPOCCL_SHM_CMA_THRESHOLD", 65536,
                                              "Messages at least this large move by CMA instead of the shm FIFO"};
 inline const Param<int64_t> kNSocks{"NCCL_NSOCKS_PERTHREAD", 0,

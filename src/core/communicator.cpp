@@ -426,7 +426,8 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
   bulkCopy_ = params::kBulkCopy.get() && kernels::bulkCopyUsesStringCopy();
   const int64_t copyOut = params::kShmCopyOutBytes.get();
   if (copyOut < -1) throwInvalidArgument(std::string(params::kShmCopyOutBytes.name()) + "=" + std::to_string(copyOut) + " must be >= -1");
-  copyOutBytes_ = copyOut >= 0 ? static_cast<size_t>(copyOut) : defaultCopiedOutSendBytes(kernels::coreCacheBytes(), sharesCores_);
+  sendRule_ = defaultSendRule(kernels::coreCacheBytes(), sharesCores_);
+  if (copyOut >= 0) sendRule_.overwrittenUpTo = static_cast<size_t>(copyOut);
   if (log::enabled(log::Level::Info, log::kInit)) {
     std::ostringstream routes;
     for (int r = 0; r < nranks_; ++r)
@@ -440,10 +441,10 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
                        : std::to_string((streamingThreshold_ * kSentBytesCachedFootprints) >> 20) + " MiB") + ")";
     TOPOCCL_INFO(log::kInit,
                  "comm %s rank %d nranks %d hosts %d slice %zu B (>= %zu a step) channels %d spin %u polls (%s); streaming "
-                 "stores from %s (x %zu ranks), below that %s; in-place sends copied out up to %zu B a step; %s; peers via%s",
+                 "stores from %s (x %zu ranks), below that %s; sends copied out when overwritten, up to %zu B a step; %s; %s; peers via%s",
                  options_.name.c_str(), rank_, nranks_, locality_->nhosts(), sliceBytes_, slicesPerStep_, nchannels_, spinsBeforeYield_,
                  sharesCores_ ? "cores shared with other ranks" : "cores of its own", streamingFrom.c_str(), machineRanks_, bulkCopy_ ? "rep movsb" : "memcpy",
-                 copyOutBytes_, boundCpu_ >= 0 ? ("bound to CPU " + std::to_string(boundCpu_) + " (ranks are a multiple of the CPUs; " +
+                 sendRule_.overwrittenUpTo, sendRule_.readEarlyBelow > 0 ? "steps with receives to follow read in place from 8 KiB" : "other sends as the transport decides", boundCpu_ >= 0 ? ("bound to CPU " + std::to_string(boundCpu_) + " (ranks are a multiple of the CPUs; " +
                                    params::kBindOversubscribed.name() + "=0 leaves them to the scheduler)").c_str()
                                 : "placement left as found",
                  routes.str().c_str());
@@ -1174,11 +1175,11 @@ std::unique_ptr<Execution> Communicator::buildCollective(const CollectiveArgs& a
   }
   fuseStagedReceives(lanes, scratch, scratchSize, sliceBytes_);  // slices never exceed sliceBytes_
   fuseMirroredCopies(lanes);
-  if (copyOutBytes_ > 0) markCopiedOutSends(lanes, copyOutBytes_);
   std::string name = std::string(algo::collectiveName(args.collective)) + " (" + plan.name + ", " +
                      std::to_string(args.count) + " x " + dataTypeName(args.type) + ")";
   auto execution = std::make_unique<Execution>(std::move(name), std::move(lanes), reduce, elem, sliceBytes_, &staging_, slicesPerStep_);
   execution->setTrace(trace_.get());
+  execution->routeSends(sendRule_);
   // Not where ranks reduce: there the copies are the all-gather half, and the reduced chunks they copy are
   // still in cache (2-rank all-reduce at 32-256 MiB took 1.04-1.15x longer with them).
   const transport::CopyFn cachedCopy = bulkCopy_ ? &kernels::bulkCopy : nullptr;
@@ -1241,6 +1242,7 @@ std::unique_ptr<Execution> Communicator::buildPointToPoint(const std::vector<con
   if (lanes.empty()) return nullptr;
   auto execution = std::make_unique<Execution>("send/recv", std::move(lanes), nullptr, 1, sliceBytes_, nullptr, slicesPerStep_);
   execution->setTrace(trace_.get());
+  execution->routeSends(sendRule_);
   return execution;
 }
 

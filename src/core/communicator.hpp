@@ -24,6 +24,7 @@
 #include "algorithms/selection.hpp"
 #include "bootstrap/bootstrap.hpp"
 #include "common/datatype.hpp"
+#include "core/execution.hpp"
 #include "core/execution_trace.hpp"
 #include "core/gpu_path.hpp"
 #include "core/host_arena.hpp"
@@ -36,7 +37,6 @@
 
 namespace topoccl::core {
 
-class Execution;
 class GpuStaging;
 
 // A reduction as the caller asked for it; PreMulSum carries its scalar.
@@ -317,7 +317,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   uint64_t streamingThreshold_ = UINT64_MAX;  // footprint from which copies use streaming stores
   // In place, receives into bytes a peer has just read stream only from this many times that footprint.
   static constexpr uint64_t kSentBytesCachedFootprints = 4;
-  size_t copyOutBytes_ = 0;  // in-place sends of up to this many bytes a step are copied out (markCopiedOutSends); 0 = none
+  SendRule sendRule_;  // how sends are posted (markSendRoutes)
   bool bulkCopy_ = false;                     // below it, kernels::bulkCopy (TOPOCCL_BULK_COPY and the CPU has it)
 
   mutable std::mutex queueMutex_;

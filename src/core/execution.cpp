@@ -114,13 +114,14 @@ bool Execution::readByPendingSend(const char* begin, const char* end) {
 }
 
 void Execution::postSend(const LaneState& state, transport::Connection* conn, const char* data, size_t bytes, char* mirror,
-                         bool copyOut) {
+                         SendRoute route) {
   conn->setPeerCopy(copy_);
-  const transport::Ticket ticket = mirror    ? conn->postSendMirrored(data, mirror, bytes)
-                                   : copyOut ? conn->postSendCopyOut(data, bytes)
-                                             : conn->postSend(data, bytes);
+  const transport::Ticket ticket = mirror                          ? conn->postSendMirrored(data, mirror, bytes)
+                                   : route == SendRoute::CopyOut   ? conn->postSendCopyOut(data, bytes)
+                                   : route == SendRoute::ReadEarly ? conn->postSendReadEarly(data, bytes)
+                                                                   : conn->postSend(data, bytes);
   inFlight_.push_back({conn, ticket, data, data + bytes});
-  copiedOutInFlight_ |= copyOut;
+  copiedOutInFlight_ |= route == SendRoute::CopyOut && mirror == nullptr;
   unflushed_ |= state.sendBit;
   sendsToFlush_ = posted_ = true;
   ++posts_;
@@ -231,7 +232,7 @@ bool Execution::pumpReceives(size_t laneIndex) {
     }
     if (forwards) {
       const char* base = step.kind == StepKind::RecvReduceSend ? stagingOf_[laneIndex][state.step] : step.dst;
-      postSend(state, lane.sendConn, base + slice * state.sliceBytes, length);
+      postSend(state, lane.sendConn, base + slice * state.sliceBytes, length, nullptr, step.route);
     }
     if (trace_ && state.slicesDone == 0) state.firstSliceAt = std::chrono::steady_clock::now();
     ++state.slicesDone;
@@ -264,7 +265,7 @@ bool Execution::advanceLane(size_t laneIndex) {
         }
         for (size_t slice = 0; slice < state.slices; ++slice)
           postSend(state, lane.sendConn, step.src + slice * state.sliceBytes, sliceLength(state, step, slice),
-                   slice < mirroredSlices ? step.mirror + slice * state.sliceBytes : nullptr, step.copyOut);
+                   slice < mirroredSlices ? step.mirror + slice * state.sliceBytes : nullptr, step.route);
         break;
       }
       case StepKind::Copy:
@@ -476,20 +477,53 @@ size_t fuseMirroredCopies(std::vector<ResolvedLane>& lanes) {
   return fused;
 }
 
-size_t markCopiedOutSends(std::vector<ResolvedLane>& lanes, size_t maxStepBytes) {
-  const auto receivedInto = [&](const char* begin, size_t bytes) {
-    return anyStep(lanes, [&](const ResolvedStep& s) {
-      return algo::stepReceives(s.kind) && algo::stepWrites(s.kind) && overlaps(s.dst, s.bytes, begin, bytes);
-    });
+namespace {
+
+// Whether step `i` of lane `a` has finished before step `j` of lane `b` starts: it comes earlier in the same lane, or
+// a step of lane b up to j waits for it or for a later step of lane a. Direct dependencies only: an order the plan
+// does not state counts as concurrent.
+bool finishesBefore(const std::vector<ResolvedLane>& lanes, size_t a, size_t i, size_t b, size_t j) {
+  if (a == b) return i < j;
+  for (size_t k = 0; k <= j; ++k)
+    for (const algo::StepRef& dep : lanes[b].steps[k].deps)
+      if (dep.lane == a && dep.step >= i) return true;
+  return false;
+}
+
+}  // namespace
+
+size_t markSendRoutes(std::vector<ResolvedLane>& lanes, const SendRule& rule) {
+  // Whether a receive of the rank writes [begin, begin + bytes) and may still run once step j of lane b starts.
+  const auto overwrittenInFlight = [&](size_t b, size_t j, const char* begin, size_t bytes) {
+    for (size_t a = 0; a < lanes.size(); ++a)
+      for (size_t i = 0; i < lanes[a].steps.size(); ++i) {
+        const ResolvedStep& s = lanes[a].steps[i];
+        if (algo::stepReceives(s.kind) && algo::stepWrites(s.kind) && overlaps(s.dst, s.bytes, begin, bytes) &&
+            !finishesBefore(lanes, a, i, b, j))
+          return true;
+      }
+    return false;
   };
-  size_t marked = 0;
-  for (ResolvedLane& lane : lanes)
-    for (ResolvedStep& step : lane.steps) {
-      step.copyOut = step.kind == StepKind::Send && step.mirror == nullptr && step.bytes > 0 && step.bytes <= maxStepBytes &&
-                     receivedInto(step.src, step.bytes);
-      marked += step.copyOut;
+  // Whether the rank has a receive other than step j of lane b that may still run once that step starts.
+  const auto receivesRemain = [&](size_t b, size_t j) {
+    for (size_t a = 0; a < lanes.size(); ++a)
+      for (size_t i = 0; i < lanes[a].steps.size(); ++i)
+        if ((a != b || i != j) && algo::stepReceives(lanes[a].steps[i].kind) && !finishesBefore(lanes, a, i, b, j)) return true;
+    return false;
+  };
+  size_t routed = 0;
+  for (size_t b = 0; b < lanes.size(); ++b)
+    for (size_t j = 0; j < lanes[b].steps.size(); ++j) {
+      ResolvedStep& step = lanes[b].steps[j];
+      step.route = SendRoute::Plain;
+      if (!algo::stepSends(step.kind) || step.mirror != nullptr || step.bytes == 0) continue;
+      if (step.kind == StepKind::Send && step.bytes <= rule.overwrittenUpTo && overwrittenInFlight(b, j, step.src, step.bytes))
+        step.route = SendRoute::CopyOut;
+      else if (step.bytes < rule.readEarlyBelow && receivesRemain(b, j))
+        step.route = SendRoute::ReadEarly;
+      routed += step.route != SendRoute::Plain;
     }
-  return marked;
+  return routed;
 }
 
 bool Execution::helpPeers() {

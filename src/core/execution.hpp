@@ -19,6 +19,10 @@
 
 namespace topoccl::core {
 
+// How a send is handed to its connection (transport.hpp): as is, copied out (never read in place by the peer, so it
+// completes once copied), or read early (read in place from a smaller size than the connection's default).
+enum class SendRoute : uint8_t { Plain, CopyOut, ReadEarly };
+
 struct ResolvedStep {
   algo::StepKind kind = algo::StepKind::Nop;
   const char* src = nullptr;
@@ -32,9 +36,8 @@ struct ResolvedStep {
   // A receive into bytes a send of this rank reads (in place, fuseStagedReceives): a peer has just read those
   // lines, so the receive moves its bytes with Execution::setCopy's sentBytesCopy.
   bool intoSentBytes = false;
-  // A Send whose bytes a receive of this rank's same operation overwrites (markCopiedOutSends): posted with
-  // postSendCopyOut, so the connection copies them out rather than letting the peer read them in place.
-  bool copyOut = false;
+  // How a sending step's bytes are posted (markSendRoutes): postSend, postSendCopyOut or postSendReadEarly.
+  SendRoute route = SendRoute::Plain;
   // How the step is cut, set by Execution (sliceBytesFor): computed once, not on every run of the step.
   size_t sliceBytes = 0;
   size_t slices = 0;
@@ -66,19 +69,36 @@ size_t fuseStagedReceives(std::vector<ResolvedLane>& lanes, const char* scratch,
 // source. Returns how many pairs it marked.
 size_t fuseMirroredCopies(std::vector<ResolvedLane>& lanes);
 
-// Marks each Send of at most maxStepBytes whose bytes a receive of any lane writes (in place: recursive doubling's
-// send of the buffer it then reduces into, an all-to-all's swap) as copyOut. Read in place by the peer (shm zero
-// copy), such a send completes only once the peer has read it, and until then every receive slice over it waits in
-// a bounce slot, then crosses the caches again when copied back; copied out, the receive lands at once and the
-// buffer stays in this core's cache. Worth it while copying out is cheap: the bytes sit in cache, and the rank has
-// a core of its own (ranks that share cores pay the extra copy in CPU time). Returns how many it marked.
-size_t markCopiedOutSends(std::vector<ResolvedLane>& lanes, size_t maxStepBytes);
-// markCopiedOutSends' default bound: half the core's own cache (coreCacheBytes; 512 KiB when unknown), where the
-// copy into the FIFO stays in cache; none when ranks share cores. 2-rank in-place all-reduce and all-to-all at 32
-// KiB-1 MiB ran 1.2-2.8x faster with it; 1-2 MiB steps gained or lost within noise (perf/RESULTS.md, session 44).
-constexpr size_t defaultCopiedOutSendBytes(size_t coreCacheBytes, bool sharesCores) {
-  if (sharesCores) return 0;
-  return coreCacheBytes > 0 ? coreCacheBytes / 2 : size_t{512} << 10;
+// Which sends leave the connection's default (SendRoute).
+struct SendRule {
+  // CopyOut: a Send of at most this many bytes a step whose bytes a receive of the operation may overwrite while it
+  // is in flight (in place: recursive doubling's send of the buffer it then reduces into, an all-to-all's swap). Read
+  // in place by the peer, such a send completes only once the peer has read it, and until then every receive slice
+  // over it waits in a bounce slot, then crosses the caches again when copied back; copied out, the receive lands at
+  // once. A receive that finishes before the send starts (earlier in its lane, or one the send's lane waits for) is
+  // no hazard: a relay forwards what it received in place.
+  size_t overwrittenUpTo = 0;
+  // ReadEarly: every other send (or a receive's forward) after which the rank still has a receive of the operation
+  // to do: its wait for the peer's read overlaps that work. A rank with nothing left to receive (a broadcast's root
+  // and relays, a reduce's leaves) keeps the default: where ranks share cores it would wait for readers the
+  // scheduler has yet to run.
+  size_t readEarlyBelow = 0;
+};
+// Sets each sending step's route by the rule; returns how many it moved off Plain.
+size_t markSendRoutes(std::vector<ResolvedLane>& lanes, const SendRule& rule);
+
+// Overwritten sends copied out where ranks share cores: steps up to this size.
+inline constexpr size_t kSharedCoreCopyOutBytes = 32 << 10;
+
+// The default. Where the rank has a core of its own: overwritten sends up to half the core's own cache
+// (coreCacheBytes; 512 KiB when unknown), where the copy into the FIFO stays in cache (2-rank in-place all-reduce and
+// all-to-all at 32 KiB-1 MiB 1.2-2.8x faster; session 44); every other send is read in place from the connection's
+// size already. Where ranks share cores: the copy takes CPU time the others need, so only steps up to 32 KiB, and
+// sends with receives still to do are read early (4 ranks on 2 CPUs, session 45: all-reduce at 8-128 KiB and
+// all-gather, all-to-all and reduce-scatter at 32-64 KiB 1.3-2.2x faster).
+constexpr SendRule defaultSendRule(size_t coreCacheBytes, bool sharesCores) {
+  if (sharesCores) return {kSharedCoreCopyOutBytes, kSharedCoreCopyOutBytes};
+  return {coreCacheBytes > 0 ? coreCacheBytes / 2 : size_t{512} << 10, 0};
 }
 
 class Execution {
@@ -133,6 +153,8 @@ class Execution {
   size_t bouncedSlices() const { return bouncedSlices_; }
   // Records this run's call and steps in `trace` (null: none), from its next run on.
   void setTrace(ExecutionTrace* trace) { trace_ = trace; }
+  // Sets how each send is posted (markSendRoutes).
+  size_t routeSends(const SendRule& rule) { return markSendRoutes(lanes_, rule); }
 
  private:
   static constexpr size_t kWindow = 4;  // receive slices in flight per lane
@@ -170,7 +192,7 @@ class Execution {
   void startStep(size_t laneIndex);
   void finishStep(size_t laneIndex);
   void postSend(const LaneState& state, transport::Connection* conn, const char* data, size_t bytes, char* mirror = nullptr,
-                bool copyOut = false);
+                SendRoute route = SendRoute::Plain);
   void flushPosted();  // progresses the connections in unflushed_
   bool pumpReceives(size_t laneIndex);
   size_t sliceLength(const LaneState& state, const ResolvedStep& step, size_t slice) const;

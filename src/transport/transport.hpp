@@ -86,6 +86,11 @@ class Connection {
   // out instead, so the send completes without waiting for that read and the caller's receive can land at once.
   // Same contract as postSend; by default it is postSend.
   virtual Ticket postSendCopyOut(const void* data, size_t bytes) { return postSend(data, bytes); }
+  // A send whose completion the caller will not wait on idly: it has receives of the same operation to do
+  // meanwhile. A connection whose peer may read our memory lets it from a smaller size than its default (shm:
+  // kZeroCopyBytesOwnCores where ranks share cores), since the wait for that read overlaps the caller's own work.
+  // Same contract as postSend; by default it is postSend.
+  virtual Ticket postSendReadEarly(const void* data, size_t bytes) { return postSend(data, bytes); }
   // How this side copies when it moves bytes of its sends into the peer's memory itself (an shm sender that helps
   // its receiver with a large message), set by the executor before it posts, as RecvAction::copy. Null: memcpy.
   void setPeerCopy(CopyFn copy) { peerCopy_ = copy; }

@@ -1,7 +1,8 @@
-// markCopiedOutSends: a Send whose bytes a receive of the same operation overwrites (in place) is posted with
-// postSendCopyOut, so over shm it goes through the FIFO and the receive lands in the buffer at once instead of waiting
-// in a bounce slot for the peer to read it. The marking rule on hand-built lanes, the default bound, and a 2-rank
-// in-place recursive-doubling all-reduce between two processes over the real shm transport.
+// markSendRoutes: a Send whose bytes a receive of the same operation may overwrite while it is in flight (in place)
+// is posted with postSendCopyOut, so over shm it goes through the FIFO and the receive lands in the buffer at once
+// instead of waiting in a bounce slot for the peer to read it; a small send with a receive still to come is posted
+// with postSendReadEarly. The rules on hand-built lanes, the default rule, and a 2-rank in-place recursive-doubling
+// all-reduce between two processes over the real shm transport.
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,6 +29,10 @@ namespace {
 
 constexpr auto step = test::resolvedStep;
 
+core::SendRule overwritten(size_t upTo) { return {upTo, 0}; }
+
+bool copiedOut(const core::ResolvedStep& s) { return s.route == core::SendRoute::CopyOut; }
+
 }  // namespace
 
 TEST_CASE("sends whose bytes a receive of the operation overwrites are copied out, up to the bound") {
@@ -36,19 +41,19 @@ TEST_CASE("sends whose bytes a receive of the operation overwrites are copied ou
     std::vector<core::ResolvedLane> lanes(1);
     lanes[0].steps = {step(StepKind::Send, buffer.data(), nullptr, 1000),
                       step(StepKind::RecvReduceCopy, buffer.data(), buffer.data(), 1000)};
-    CHECK(core::markCopiedOutSends(lanes, 1000) == 1);
-    CHECK(lanes[0].steps[0].copyOut);
-    CHECK_FALSE(lanes[0].steps[1].copyOut);
-    CHECK(core::markCopiedOutSends(lanes, 999) == 0);  // past the bound: read in place as before
-    CHECK_FALSE(lanes[0].steps[0].copyOut);
+    CHECK(core::markSendRoutes(lanes, overwritten(1000)) == 1);
+    CHECK(copiedOut(lanes[0].steps[0]));
+    CHECK_FALSE(copiedOut(lanes[0].steps[1]));
+    CHECK(core::markSendRoutes(lanes, overwritten(999)) == 0);  // past the bound: read in place as before
+    CHECK_FALSE(copiedOut(lanes[0].steps[0]));
   }
   SECTION("a swap: the receive that overwrites the sent block is on another lane, and overlaps it by one byte") {
     std::vector<core::ResolvedLane> lanes(2);
     lanes[0].steps = {step(StepKind::Send, buffer.data() + 100, nullptr, 200), step(StepKind::Send, buffer.data() + 500, nullptr, 100)};
     lanes[1].steps = {step(StepKind::Recv, nullptr, buffer.data() + 299, 1), step(StepKind::RecvCopySend, nullptr, other.data(), 100)};
-    CHECK(core::markCopiedOutSends(lanes, 1 << 20) == 1);
-    CHECK(lanes[0].steps[0].copyOut);
-    CHECK_FALSE(lanes[0].steps[1].copyOut);  // nothing received into [500, 600)
+    CHECK(core::markSendRoutes(lanes, overwritten(1 << 20)) == 1);
+    CHECK(copiedOut(lanes[0].steps[0]));
+    CHECK_FALSE(copiedOut(lanes[0].steps[1]));  // nothing received into [500, 600)
   }
   SECTION("out of place, local writes, mirrored and empty sends stay as they are") {
     std::vector<core::ResolvedLane> lanes(1);
@@ -60,16 +65,87 @@ TEST_CASE("sends whose bytes a receive of the operation overwrites are copied ou
                       step(StepKind::Send, other.data() + 400, nullptr, 0),
                       step(StepKind::Recv, nullptr, other.data() + 400, 10)};
     lanes[0].steps[3].mirror = scratch.data();  // a mirrored send keeps its own road
-    CHECK(core::markCopiedOutSends(lanes, 1 << 20) == 0);
-    for (const auto& s : lanes[0].steps) CHECK_FALSE(s.copyOut);
+    CHECK(core::markSendRoutes(lanes, overwritten(1 << 20)) == 0);
+    for (const auto& s : lanes[0].steps) CHECK(s.route == core::SendRoute::Plain);
   }
 }
 
-TEST_CASE("the copy-out bound is half the core's own cache, none where ranks share cores") {
-  CHECK(core::defaultCopiedOutSendBytes(size_t{2} << 20, false) == size_t{1} << 20);
-  CHECK(core::defaultCopiedOutSendBytes(size_t{1} << 20, false) == size_t{512} << 10);
-  CHECK(core::defaultCopiedOutSendBytes(0, false) == size_t{512} << 10);  // unknown
-  CHECK(core::defaultCopiedOutSendBytes(size_t{2} << 20, true) == 0);
+TEST_CASE("a receive that finishes before the send starts is no hazard: relays forward in place") {
+  std::vector<char> buffer(1000), other(1000);
+  SECTION("received earlier in the send's own lane") {
+    std::vector<core::ResolvedLane> lanes(1);
+    lanes[0].steps = {step(StepKind::Recv, nullptr, buffer.data(), 400), step(StepKind::Send, buffer.data(), nullptr, 400),
+                      step(StepKind::Send, buffer.data() + 100, nullptr, 100)};
+    CHECK(core::markSendRoutes(lanes, overwritten(1 << 20)) == 0);
+  }
+  SECTION("received later in the send's own lane: overwritten while it may be in flight") {
+    std::vector<core::ResolvedLane> lanes(1);
+    lanes[0].steps = {step(StepKind::Recv, nullptr, buffer.data(), 400), step(StepKind::Send, buffer.data(), nullptr, 400),
+                      step(StepKind::RecvReduceCopy, buffer.data() + 399, buffer.data() + 399, 1)};
+    CHECK(core::markSendRoutes(lanes, overwritten(1 << 20)) == 1);
+    CHECK(copiedOut(lanes[0].steps[1]));
+  }
+  SECTION("received on another lane that the send's lane waits for, directly or through an earlier step") {
+    const bool throughEarlierStep = GENERATE(false, true);
+    std::vector<core::ResolvedLane> lanes(2);
+    lanes[0].steps = {step(StepKind::Recv, nullptr, other.data(), 10), step(StepKind::Recv, nullptr, buffer.data(), 500)};
+    lanes[1].steps = {step(StepKind::Copy, other.data() + 500, other.data(), 10), step(StepKind::Send, buffer.data(), nullptr, 500)};
+    lanes[1].steps[throughEarlierStep ? 0 : 1].deps = {{0, 1}};
+    CHECK(core::markSendRoutes(lanes, overwritten(1 << 20)) == 0);
+    lanes[1].steps[throughEarlierStep ? 0 : 1].deps = {{0, 0}};  // waits for the lane's first receive only
+    CHECK(core::markSendRoutes(lanes, overwritten(1 << 20)) == 1);
+    CHECK(copiedOut(lanes[1].steps[1]));
+  }
+}
+
+TEST_CASE("sends with a receive still to come are read early, below the bound; a rank's last sends are not") {
+  std::vector<char> buffer(1 << 16), other(1 << 16);
+  const core::SendRule rule{0, 32768};
+  SECTION("a direct all-gather's lanes: each send has the other lanes' receives beside it") {
+    std::vector<core::ResolvedLane> lanes(3);
+    for (size_t q = 0; q < 3; ++q)
+      lanes[q].steps = {step(StepKind::Send, buffer.data(), nullptr, 8192),
+                        step(StepKind::Recv, nullptr, other.data() + q * 8192, 8192)};
+    lanes[2].steps[0].bytes = 32768;  // at the bound: the connection's default
+    CHECK(core::markSendRoutes(lanes, rule) == 2);
+    CHECK(lanes[0].steps[0].route == core::SendRoute::ReadEarly);
+    CHECK(lanes[1].steps[0].route == core::SendRoute::ReadEarly);
+    CHECK(lanes[2].steps[0].route == core::SendRoute::Plain);
+    CHECK(core::markSendRoutes(lanes, core::SendRule{}) == 0);  // without the rule
+  }
+  SECTION("a broadcast's root and relay, and a reduce's leaf: nothing left to receive") {
+    std::vector<core::ResolvedLane> root(2), relay(1), leaf(1);
+    root[0].steps = {step(StepKind::Send, buffer.data(), nullptr, 8192)};
+    root[1].steps = {step(StepKind::Send, buffer.data(), nullptr, 8192)};
+    relay[0].steps = {step(StepKind::RecvCopySend, nullptr, other.data(), 8192)};
+    leaf[0].steps = {step(StepKind::Recv, nullptr, other.data(), 8192), step(StepKind::Send, other.data(), nullptr, 8192)};
+    CHECK(core::markSendRoutes(root, rule) == 0);
+    CHECK(core::markSendRoutes(relay, rule) == 0);
+    CHECK(core::markSendRoutes(leaf, rule) == 0);  // its receive finished first
+    SECTION("a relay with a receive still to come forwards early") {
+      relay[0].steps.push_back(step(StepKind::Recv, nullptr, other.data() + 8192, 8192));
+      CHECK(core::markSendRoutes(relay, rule) == 1);
+      CHECK(relay[0].steps[0].route == core::SendRoute::ReadEarly);
+    }
+  }
+  SECTION("an overwritten send is copied out, not read early") {
+    std::vector<core::ResolvedLane> lanes(1);
+    lanes[0].steps = {step(StepKind::Send, buffer.data(), nullptr, 8192),
+                      step(StepKind::RecvReduceCopy, buffer.data(), buffer.data(), 8192)};
+    CHECK(core::markSendRoutes(lanes, core::SendRule{8192, 32768}) == 1);
+    CHECK(copiedOut(lanes[0].steps[0]));
+    CHECK(core::markSendRoutes(lanes, core::SendRule{8191, 32768}) == 1);  // past the copy-out bound: read early
+    CHECK(lanes[0].steps[0].route == core::SendRoute::ReadEarly);
+  }
+}
+
+TEST_CASE("the default send rule: half the core's own cache alone on a core; 32 KiB both ways where ranks share cores") {
+  CHECK(core::defaultSendRule(size_t{2} << 20, false).overwrittenUpTo == size_t{1} << 20);
+  CHECK(core::defaultSendRule(size_t{1} << 20, false).overwrittenUpTo == size_t{512} << 10);
+  CHECK(core::defaultSendRule(0, false).overwrittenUpTo == size_t{512} << 10);  // unknown
+  CHECK(core::defaultSendRule(size_t{2} << 20, false).readEarlyBelow == 0);     // read in place from 8 KiB already
+  CHECK(core::defaultSendRule(size_t{2} << 20, true).overwrittenUpTo == size_t{32} << 10);
+  CHECK(core::defaultSendRule(size_t{2} << 20, true).readEarlyBelow == size_t{32} << 10);
 }
 
 namespace {
@@ -114,7 +190,7 @@ RunReport runRank(int rank, pid_t self, pid_t peer, uint64_t hash, uint64_t seed
   lanes[0].steps = {step(StepKind::Send, own, nullptr, bytes), step(StepKind::RecvReduceCopy, own, scratch.data(), bytes),
                     step(StepKind::Copy, scratch.data(), own, bytes)};
   core::fuseStagedReceives(lanes, scratch.data(), bytes, kSlice);
-  if (copyOut && core::markCopiedOutSends(lanes, bytes) != 1) report.failure = "the send was not marked";
+  if (copyOut && core::markSendRoutes(lanes, core::SendRule{bytes, 0}) != 1) report.failure = "the send was not marked";
   core::Execution execution("allreduce", std::move(lanes), kernels::hostReduceFunction(DataType::Float32, ReduceOp::Sum),
                             sizeof(float), kSlice, nullptr, core::Execution::kSlicesPerStep);
   for (int run = 0; run < runs && report.failure.empty(); ++run) {

@@ -1372,6 +1372,54 @@ TEST_CASE("shm zero copy starts at the size the transport was made with, unless 
   config::clearOverrides();
 }
 
+// A send posted read early (postSendReadEarly: its rank has receives to do meanwhile) goes zero copy from
+// kZeroCopyBytesOwnCores even on a connection made with the larger size ranks that share cores get; a plain send of
+// the same size does not. TOPOCCL_SHM_ZERO_COPY_THRESHOLD, when set, holds for both. Every byte is checked.
+TEST_CASE("shm read-early sends go zero copy from 8 KiB on a connection made with 32 KiB, unless the setting names a size") {
+  const bool overridden = GENERATE(false, true);
+  config::clearOverrides();
+  config::setOverride("TOPOCCL_SHM_CMA", "0");
+  if (overridden) config::setOverride("TOPOCCL_SHM_ZERO_COPY_THRESHOLD", "20000");
+  INFO((overridden ? "TOPOCCL_SHM_ZERO_COPY_THRESHOLD=20000" : "the transport's own sizes"));
+  const uint64_t hash = freshCommHash();
+  const uint64_t seed = hash & 0xfff;
+  // (bytes, read early): just below and at 8 KiB, a prime between, and the same sizes plainly.
+  const std::vector<std::pair<size_t, bool>> sends = {{8191, true}, {8192, true}, {12289, true}, {32767, true},
+                                                      {8192, false}, {12289, false}, {32768, false}, {32768, true}};
+  const size_t arena = 64 << 10;
+  const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
+    auto transport = makeShmTransport({hash, 0, 1, 2}, self, kZeroCopyBytesSharingCores);
+    auto connection = transport->connect(peer, 0);
+    auto* shared = static_cast<unsigned char*>(allocateShared(arena));
+    const auto content = randomBytes(arena, seed);
+    std::memcpy(shared, content.data(), arena);
+    Ticket last = 0;
+    for (const auto& [bytes, early] : sends) last = early ? connection->postSendReadEarly(shared, bytes) : connection->postSend(shared, bytes);
+    pollUntil({connection.get()}, [&] { return connection->sendsCompleted() == last; });
+    freeShared(shared);
+  });
+  auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()), kZeroCopyBytesSharingCores);
+  auto connection = transport->connect(processPeer(1, child.pid), 0);
+  const auto content = randomBytes(arena, seed);
+  std::vector<ExpectedMessage> expected;
+  for (const auto& [bytes, early] : sends) expected.push_back({content.data(), bytes});
+  receiveAndCheck(*connection, expected, false, 0);
+  const ShmConnectionStats stats = shmConnectionStats(*connection);
+  if (stats.zeroCopyReceive) {
+    const auto zeroCopy = static_cast<uint64_t>(std::count_if(sends.begin(), sends.end(), [&](const auto& send) {
+      const size_t from = overridden ? 20000 : send.second ? kZeroCopyBytesOwnCores : kZeroCopyBytesSharingCores;
+      return send.first >= from;
+    }));
+    CHECK(zeroCopy == (overridden ? 3u : 5u));  // the expectation itself, so that it cannot drift into agreeing
+    CHECK(stats.zeroCopyMessagesReceived == zeroCopy);
+    CHECK(stats.fifoMessagesReceived == sends.size() - zeroCopy);
+  } else {
+    WARN("this process may not open the peer's /proc/<pid>/fd; everything went through the FIFO");
+  }
+  CHECK(finishChild(child) == "");
+  config::clearOverrides();
+}
+
 TEST_CASE("shm zero copy stays off when TOPOCCL_SHM_ZERO_COPY=0") {
   SmallFifo settings(true);
   config::setOverride("TOPOCCL_SHM_ZERO_COPY", "0");

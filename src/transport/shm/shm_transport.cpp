@@ -227,6 +227,7 @@ struct PendingSend {
   uint64_t offerSequence = 0;     // zero copy: the sequence a CopyOffer for it names (its first slot's); 0 = none
   bool receiverWritesMirror = false;  // a mirrored send published as such: whoever copies a block writes its mirror
   bool copyOut = false;               // postSendCopyOut: through the FIFO, never read in place (zero copy or CMA)
+  bool readEarly = false;             // postSendReadEarly: zero copy from readEarlyBytes_ already
 };
 
 struct PendingRecv {
@@ -257,6 +258,7 @@ class ShmConnection final : public Connection {
     zeroCopyThreshold_ = !params::kShmZeroCopy.get() ? 0
                          : zeroCopyFrom > 0       ? static_cast<uint64_t>(zeroCopyFrom)
                                                   : std::max<uint64_t>(1, zeroCopyThreshold);
+    if (zeroCopyFrom > 0) readEarlyBytes_ = UINT64_MAX;  // the setting holds for every send
     sharedCopyBytes_ = static_cast<uint64_t>(std::max<int64_t>(0, params::kShmSharedCopyBytes.get()));
     createIncomingSegment();
   }
@@ -292,6 +294,13 @@ class ShmConnection final : public Connection {
   Ticket postSendCopyOut(const void* data, size_t bytes) override {
     const Ticket ticket = postSend(data, bytes);
     if (sendsCompleted_ < ticket) sends_[sends_.size() - 1].copyOut = true;
+    return ticket;
+  }
+
+  // Zero copy from readEarlyBytes_ instead of the size the receiver offered, where that is larger.
+  Ticket postSendReadEarly(const void* data, size_t bytes) override {
+    const Ticket ticket = postSend(data, bytes);
+    if (sendsCompleted_ < ticket) sends_[sends_.size() - 1].readEarly = true;
     return ticket;
   }
 
@@ -1069,7 +1078,8 @@ class ShmConnection final : public Connection {
       if (!claimOutgoingSlots(1)) break;
       PendingSend& send = sends_[nextToPublish_];
       std::optional<SharedRange> shared;
-      if (outZeroCopyThreshold_ != 0 && !send.copyOut && send.offset == 0 && send.bytes >= outZeroCopyThreshold_)
+      const uint64_t zeroCopyFrom = send.readEarly ? std::min(outZeroCopyThreshold_, readEarlyBytes_) : outZeroCopyThreshold_;
+      if (outZeroCopyThreshold_ != 0 && !send.copyOut && send.offset == 0 && send.bytes >= zeroCopyFrom)
         shared = findShared(send.data, send.bytes);
       if (send.mirror != nullptr && shared && out_.descriptorCount >= 2) {
         if (const std::optional<SharedRange> mirror = findShared(send.mirror, send.bytes)) {
@@ -1283,6 +1293,8 @@ class ShmConnection final : public Connection {
   bool outEstablished_ = false;
   uint64_t outCmaThreshold_ = 0;
   uint64_t outZeroCopyThreshold_ = 0;
+  // postSendReadEarly's zero-copy size: kZeroCopyBytesOwnCores, unless TOPOCCL_SHM_ZERO_COPY_THRESHOLD names one.
+  uint64_t readEarlyBytes_ = kZeroCopyBytesOwnCores;
   int64_t directSendMaxBytes_ = -1;  // postSend publishes messages up to this size itself; -1 until established
   uint64_t outHead_ = 0;
   uint64_t outTailSeen_ = 0;  // the receiver's tail when we last looked
