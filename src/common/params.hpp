@@ -46,8 +46,7 @@ inline const Param<int64_t> kShmCopyOutBytes{"TOPOCCL_SHM_COPY_OUT_BYTES", -1,
                                              "Sends of up to this many bytes per step that a receive of the same "
                                              "operation overwrites (in place) go through the shm FIFO instead of zero "
                                              "copy, so the receive need not wait for the peer to read them; 0 = never; "
-                                             "-1 = half the core's own cache (L2) when the rank has a core of its own, "
-                                             "else 32 KiB"};
+                                             "-1 = half the core's own cache (L2) when the rank has a core of its own, else never"};
 inline const Param<int64_t> kShmCmaThreshold{"TOPOCCL_SHM_CMA_THRESHOLD", 65536,
                                              "Messages at least this large move by CMA instead of the shm FIFO"};
 inline const Param<int64_t> kNSocks{"NCCL_NSOCKS_PERTHREAD", 0,

@@ -493,13 +493,14 @@ bool finishesBefore(const std::vector<ResolvedLane>& lanes, size_t a, size_t i, 
 }  // namespace
 
 size_t markSendRoutes(std::vector<ResolvedLane>& lanes, const SendRule& rule) {
-  // Whether a receive of the rank writes [begin, begin + bytes) and may still run once step j of lane b starts.
-  const auto overwrittenInFlight = [&](size_t b, size_t j, const char* begin, size_t bytes) {
+  // Whether a step of the rank (a receive, or with `localWrites` any) writes [begin, begin + bytes) and may still run
+  // once step j of lane b starts.
+  const auto overwrittenInFlight = [&](size_t b, size_t j, const char* begin, size_t bytes, bool localWrites) {
     for (size_t a = 0; a < lanes.size(); ++a)
       for (size_t i = 0; i < lanes[a].steps.size(); ++i) {
         const ResolvedStep& s = lanes[a].steps[i];
-        if (algo::stepReceives(s.kind) && algo::stepWrites(s.kind) && overlaps(s.dst, s.bytes, begin, bytes) &&
-            !finishesBefore(lanes, a, i, b, j))
+        if ((a != b || i != j) && (localWrites || algo::stepReceives(s.kind)) && algo::stepWrites(s.kind) &&
+            overlaps(s.dst, s.bytes, begin, bytes) && !finishesBefore(lanes, a, i, b, j))
           return true;
       }
     return false;
@@ -517,10 +518,14 @@ size_t markSendRoutes(std::vector<ResolvedLane>& lanes, const SendRule& rule) {
       ResolvedStep& step = lanes[b].steps[j];
       step.route = SendRoute::Plain;
       if (!algo::stepSends(step.kind) || step.mirror != nullptr || step.bytes == 0) continue;
-      if (step.kind == StepKind::Send && step.bytes <= rule.overwrittenUpTo && overwrittenInFlight(b, j, step.src, step.bytes))
-        step.route = SendRoute::CopyOut;
-      else if (step.bytes < rule.readEarlyBelow && receivesRemain(b, j))
-        step.route = SendRoute::ReadEarly;
+      if (step.kind == StepKind::Send && overwrittenInFlight(b, j, step.src, step.bytes, false)) {
+        if (step.bytes <= rule.overwrittenUpTo) step.route = SendRoute::CopyOut;
+      } else if (step.bytes < rule.readEarlyBelow && receivesRemain(b, j)) {
+        // Read in place, bytes a later step writes (a receive, or an in-place all-to-all's copy out of its scratch)
+        // would hold that step until the peer has read them: never read them early.
+        const char* read = step.kind == StepKind::Send ? step.src : step.dst;
+        if (!overwrittenInFlight(b, j, read, step.bytes, true)) step.route = SendRoute::ReadEarly;
+      }
       routed += step.route != SendRoute::Plain;
     }
   return routed;

@@ -78,26 +78,28 @@ struct SendRule {
   // once. A receive that finishes before the send starts (earlier in its lane, or one the send's lane waits for) is
   // no hazard: a relay forwards what it received in place.
   size_t overwrittenUpTo = 0;
-  // ReadEarly: every other send (or a receive's forward) after which the rank still has a receive of the operation
-  // to do: its wait for the peer's read overlaps that work. A rank with nothing left to receive (a broadcast's root
-  // and relays, a reduce's leaves) keeps the default: where ranks share cores it would wait for readers the
-  // scheduler has yet to run.
+  // ReadEarly: a send (or a receive's forward) below this many bytes, not overwritten, after which the rank still
+  // has a receive of the operation to do: its wait for the peer's read overlaps that work. A rank with nothing left
+  // to receive (a broadcast's root and relays, a reduce's leaves) keeps the default: where ranks share cores it would
+  // wait for readers the scheduler has yet to run.
   size_t readEarlyBelow = 0;
 };
 // Sets each sending step's route by the rule; returns how many it moved off Plain.
 size_t markSendRoutes(std::vector<ResolvedLane>& lanes, const SendRule& rule);
 
-// Overwritten sends copied out where ranks share cores: steps up to this size.
-inline constexpr size_t kSharedCoreCopyOutBytes = 32 << 10;
+// Where ranks share cores, sends below this size with receives to follow are read early: the connections' default
+// zero-copy size there (transport::kZeroCopyBytesSharingCores), so larger ones go zero copy anyway.
+inline constexpr size_t kSharedCoreReadEarlyBelow = 32 << 10;
 
 // The default. Where the rank has a core of its own: overwritten sends up to half the core's own cache
 // (coreCacheBytes; 512 KiB when unknown), where the copy into the FIFO stays in cache (2-rank in-place all-reduce and
 // all-to-all at 32 KiB-1 MiB 1.2-2.8x faster; session 44); every other send is read in place from the connection's
-// size already. Where ranks share cores: the copy takes CPU time the others need, so only steps up to 32 KiB, and
-// sends with receives still to do are read early (4 ranks on 2 CPUs, session 45: all-reduce at 8-128 KiB and
-// all-gather, all-to-all and reduce-scatter at 32-64 KiB 1.3-2.2x faster).
+// size already. Where ranks share cores: no copy out (it takes CPU time the others need: in place, 4-rank all-to-all
+// at 128 KiB 1.2x slower with it up to 32 KiB, session 45), and sends with receives still to do are read early (4
+// ranks on 2 CPUs, session 45: all-reduce at 8-16 KiB and all-gather, all-to-all and reduce-scatter at 32-64 KiB
+// 1.7-2.2x faster).
 constexpr SendRule defaultSendRule(size_t coreCacheBytes, bool sharesCores) {
-  if (sharesCores) return {kSharedCoreCopyOutBytes, kSharedCoreCopyOutBytes};
+  if (sharesCores) return {0, kSharedCoreReadEarlyBelow};
   return {coreCacheBytes > 0 ? coreCacheBytes / 2 : size_t{512} << 10, 0};
 }
 

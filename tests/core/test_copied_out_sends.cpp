@@ -128,23 +128,33 @@ TEST_CASE("sends with a receive still to come are read early, below the bound; a
       CHECK(relay[0].steps[0].route == core::SendRoute::ReadEarly);
     }
   }
-  SECTION("an overwritten send is copied out, not read early") {
+  SECTION("a send whose bytes a later local copy writes (in place, out of a scratch) is not read early") {
+    std::vector<core::ResolvedLane> lanes(2);
+    lanes[0].steps = {step(StepKind::Send, buffer.data(), nullptr, 8192), step(StepKind::Recv, nullptr, other.data(), 8192),
+                      step(StepKind::Copy, other.data(), buffer.data(), 8192)};
+    lanes[1].steps = {step(StepKind::Send, buffer.data() + 8192, nullptr, 8192),
+                      step(StepKind::Recv, nullptr, other.data() + 8192, 8192)};
+    CHECK(core::markSendRoutes(lanes, rule) == 1);
+    CHECK(lanes[0].steps[0].route == core::SendRoute::Plain);
+    CHECK(lanes[1].steps[0].route == core::SendRoute::ReadEarly);  // nothing writes [8192, 16384) again
+  }
+  SECTION("an overwritten send is copied out or left as it is, never read early") {
     std::vector<core::ResolvedLane> lanes(1);
     lanes[0].steps = {step(StepKind::Send, buffer.data(), nullptr, 8192),
                       step(StepKind::RecvReduceCopy, buffer.data(), buffer.data(), 8192)};
     CHECK(core::markSendRoutes(lanes, core::SendRule{8192, 32768}) == 1);
     CHECK(copiedOut(lanes[0].steps[0]));
-    CHECK(core::markSendRoutes(lanes, core::SendRule{8191, 32768}) == 1);  // past the copy-out bound: read early
-    CHECK(lanes[0].steps[0].route == core::SendRoute::ReadEarly);
+    CHECK(core::markSendRoutes(lanes, core::SendRule{8191, 32768}) == 0);  // past the copy-out bound: never early
+    CHECK(lanes[0].steps[0].route == core::SendRoute::Plain);
   }
 }
 
-TEST_CASE("the default send rule: half the core's own cache alone on a core; 32 KiB both ways where ranks share cores") {
+TEST_CASE("the default send rule: copy out up to half the core's own cache alone on a core; read early below 32 KiB where ranks share cores") {
   CHECK(core::defaultSendRule(size_t{2} << 20, false).overwrittenUpTo == size_t{1} << 20);
   CHECK(core::defaultSendRule(size_t{1} << 20, false).overwrittenUpTo == size_t{512} << 10);
   CHECK(core::defaultSendRule(0, false).overwrittenUpTo == size_t{512} << 10);  // unknown
   CHECK(core::defaultSendRule(size_t{2} << 20, false).readEarlyBelow == 0);     // read in place from 8 KiB already
-  CHECK(core::defaultSendRule(size_t{2} << 20, true).overwrittenUpTo == size_t{32} << 10);
+  CHECK(core::defaultSendRule(size_t{2} << 20, true).overwrittenUpTo == 0);
   CHECK(core::defaultSendRule(size_t{2} << 20, true).readEarlyBelow == size_t{32} << 10);
 }
 
