@@ -18,7 +18,8 @@ namespace topoccl::transport {
 // Where TOPOCCL_SHM_ZERO_COPY_THRESHOLD is not set, messages from shared allocations go zero copy from this size.
 // Zero copy ends a send only once the peer has read it: a sender whose peer shares its core then waits for the
 // scheduler (4-rank broadcast at 8-16 KiB 2.5-3x slower from 8 KiB than from 32), while on cores of their own 2
-// ranks' collectives at 8-32 KiB ran up to 4x faster from 8 KiB (perf/RESULTS.md, session 44).
+// ranks' collectives at 8-32 KiB ran up to 4x faster from 8 KiB (perf/RESULTS.md, session 44). A send whose rank
+// has receives to do meanwhile may ask for the smaller size anyway (postSendReadEarly; session 45).
 inline constexpr size_t kZeroCopyBytesSharingCores = 32 << 10;
 inline constexpr size_t kZeroCopyBytesOwnCores = 8 << 10;
 
