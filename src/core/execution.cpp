@@ -499,7 +499,8 @@ size_t markSendRoutes(std::vector<ResolvedLane>& lanes, const SendRule& rule) {
     for (size_t a = 0; a < lanes.size(); ++a)
       for (size_t i = 0; i < lanes[a].steps.size(); ++i) {
         const ResolvedStep& s = lanes[a].steps[i];
-        if ((a != b || i != j) && (localWrites || algo::stepReceives(s.kind)) && algo::stepWrites(s.kind) &&
+        const bool inPlaceNoop = s.kind == StepKind::Copy && s.src == s.dst;  // skipped when run
+        if ((a != b || i != j) && (localWrites || algo::stepReceives(s.kind)) && algo::stepWrites(s.kind) && !inPlaceNoop &&
             overlaps(s.dst, s.bytes, begin, bytes) && !finishesBefore(lanes, a, i, b, j))
           return true;
       }

@@ -137,6 +137,10 @@ TEST_CASE("sends with a receive still to come are read early, below the bound; a
     CHECK(core::markSendRoutes(lanes, rule) == 1);
     CHECK(lanes[0].steps[0].route == core::SendRoute::Plain);
     CHECK(lanes[1].steps[0].route == core::SendRoute::ReadEarly);  // nothing writes [8192, 16384) again
+    lanes.push_back({});
+    lanes[2].steps = {step(StepKind::Copy, buffer.data() + 8192, buffer.data() + 8192, 8192)};  // in place: skipped
+    CHECK(core::markSendRoutes(lanes, rule) == 1);
+    CHECK(lanes[1].steps[0].route == core::SendRoute::ReadEarly);
   }
   SECTION("an overwritten send is copied out or left as it is, never read early") {
     std::vector<core::ResolvedLane> lanes(1);
