@@ -1328,6 +1328,48 @@ TEST_CASE("shm copied-out sends go through the FIFO and complete before the rece
   config::clearOverrides();
 }
 
+namespace {
+
+struct SharedSend {
+  size_t bytes = 0;
+  bool readEarly = false;  // postSendReadEarly instead of postSend
+};
+
+// A child sends `sends` from one shared allocation (as from ncclMemAlloc) over a transport made with
+// `zeroCopyThreshold`; this process receives them, checks every byte, and counts zero-copy and FIFO receives.
+// Returns false (with a warning) where the receiver may not map the sender's memory: everything went through the FIFO.
+bool countZeroCopyReceives(const std::vector<SharedSend>& sends, size_t zeroCopyThreshold, uint64_t& zeroCopy, uint64_t& fifo) {
+  const uint64_t hash = freshCommHash();
+  const uint64_t seed = hash & 0xfff;
+  const size_t arena = 64 << 10;
+  const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
+    auto transport = makeShmTransport({hash, 0, 1, 2}, self, zeroCopyThreshold);
+    auto connection = transport->connect(peer, 0);
+    auto* shared = static_cast<unsigned char*>(allocateShared(arena));
+    const auto content = randomBytes(arena, seed);
+    std::memcpy(shared, content.data(), arena);
+    Ticket last = 0;
+    for (const SharedSend& send : sends)
+      last = send.readEarly ? connection->postSendReadEarly(shared, send.bytes) : connection->postSend(shared, send.bytes);
+    pollUntil({connection.get()}, [&] { return connection->sendsCompleted() == last; });
+    freeShared(shared);
+  });
+  auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()), zeroCopyThreshold);
+  auto connection = transport->connect(processPeer(1, child.pid), 0);
+  const auto content = randomBytes(arena, seed);
+  std::vector<ExpectedMessage> expected;
+  for (const SharedSend& send : sends) expected.push_back({content.data(), send.bytes});
+  receiveAndCheck(*connection, expected, false, 0);
+  const ShmConnectionStats stats = shmConnectionStats(*connection);
+  zeroCopy = stats.zeroCopyMessagesReceived;
+  fifo = stats.fifoMessagesReceived;
+  CHECK(finishChild(child) == "");
+  if (!stats.zeroCopyReceive) WARN("this process may not open the peer's /proc/<pid>/fd; everything went through the FIFO");
+  return stats.zeroCopyReceive;
+}
+
+}  // namespace
+
 // The communicator gives the transport its zero-copy size (8 KiB where ranks have cores of their own, 32 KiB where
 // they share); the receiver offers it, and TOPOCCL_SHM_ZERO_COPY_THRESHOLD, when set, overrides it. Messages just
 // below and at the size, from a shared allocation: only those at or above it go zero copy.
@@ -1339,36 +1381,15 @@ TEST_CASE("shm zero copy starts at the size the transport was made with, unless 
   if (overridden) config::setOverride("TOPOCCL_SHM_ZERO_COPY_THRESHOLD", "20000");
   const size_t threshold = overridden ? 20000 : given;
   INFO("made with " << given << ", threshold " << threshold);
-  const uint64_t hash = freshCommHash();
-  const uint64_t seed = hash & 0xfff;
-  const std::vector<size_t> sizes = {threshold - 1, threshold, threshold + 4093, 8191, 32767, 32768};
-  const size_t arena = 64 << 10;
-  const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
-    auto transport = makeShmTransport({hash, 0, 1, 2}, self, given);
-    auto connection = transport->connect(peer, 0);
-    auto* shared = static_cast<unsigned char*>(allocateShared(arena));
-    const auto content = randomBytes(arena, seed);
-    std::memcpy(shared, content.data(), arena);
-    Ticket last = 0;
-    for (size_t bytes : sizes) last = connection->postSend(shared, bytes);
-    pollUntil({connection.get()}, [&] { return connection->sendsCompleted() == last; });
-    freeShared(shared);
-  });
-  auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()), given);
-  auto connection = transport->connect(processPeer(1, child.pid), 0);
-  const auto content = randomBytes(arena, seed);
-  std::vector<ExpectedMessage> expected;
-  for (size_t bytes : sizes) expected.push_back({content.data(), bytes});
-  receiveAndCheck(*connection, expected, false, 0);
-  const ShmConnectionStats stats = shmConnectionStats(*connection);
-  if (stats.zeroCopyReceive) {
-    const auto atOrAbove = static_cast<uint64_t>(std::count_if(sizes.begin(), sizes.end(), [&](size_t b) { return b >= threshold; }));
-    CHECK(stats.zeroCopyMessagesReceived == atOrAbove);
-    CHECK(stats.fifoMessagesReceived == sizes.size() - atOrAbove);
-  } else {
-    WARN("this process may not open the peer's /proc/<pid>/fd; everything went through the FIFO");
+  std::vector<SharedSend> sends;
+  for (size_t bytes : {threshold - 1, threshold, threshold + 4093, size_t{8191}, size_t{32767}, size_t{32768}})
+    sends.push_back({bytes, false});
+  uint64_t zeroCopy = 0, fifo = 0;
+  if (countZeroCopyReceives(sends, given, zeroCopy, fifo)) {
+    const auto atOrAbove = static_cast<uint64_t>(std::count_if(sends.begin(), sends.end(), [&](const SharedSend& s) { return s.bytes >= threshold; }));
+    CHECK(zeroCopy == atOrAbove);
+    CHECK(fifo == sends.size() - atOrAbove);
   }
-  CHECK(finishChild(child) == "");
   config::clearOverrides();
 }
 
@@ -1381,42 +1402,19 @@ TEST_CASE("shm read-early sends go zero copy from 8 KiB on a connection made wit
   config::setOverride("TOPOCCL_SHM_CMA", "0");
   if (overridden) config::setOverride("TOPOCCL_SHM_ZERO_COPY_THRESHOLD", "20000");
   INFO((overridden ? "TOPOCCL_SHM_ZERO_COPY_THRESHOLD=20000" : "the transport's own sizes"));
-  const uint64_t hash = freshCommHash();
-  const uint64_t seed = hash & 0xfff;
-  // (bytes, read early): just below and at 8 KiB, a prime between, and the same sizes plainly.
-  const std::vector<std::pair<size_t, bool>> sends = {{8191, true}, {8192, true}, {12289, true}, {32767, true},
-                                                      {8192, false}, {12289, false}, {32768, false}, {32768, true}};
-  const size_t arena = 64 << 10;
-  const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
-    auto transport = makeShmTransport({hash, 0, 1, 2}, self, kZeroCopyBytesSharingCores);
-    auto connection = transport->connect(peer, 0);
-    auto* shared = static_cast<unsigned char*>(allocateShared(arena));
-    const auto content = randomBytes(arena, seed);
-    std::memcpy(shared, content.data(), arena);
-    Ticket last = 0;
-    for (const auto& [bytes, early] : sends) last = early ? connection->postSendReadEarly(shared, bytes) : connection->postSend(shared, bytes);
-    pollUntil({connection.get()}, [&] { return connection->sendsCompleted() == last; });
-    freeShared(shared);
-  });
-  auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()), kZeroCopyBytesSharingCores);
-  auto connection = transport->connect(processPeer(1, child.pid), 0);
-  const auto content = randomBytes(arena, seed);
-  std::vector<ExpectedMessage> expected;
-  for (const auto& [bytes, early] : sends) expected.push_back({content.data(), bytes});
-  receiveAndCheck(*connection, expected, false, 0);
-  const ShmConnectionStats stats = shmConnectionStats(*connection);
-  if (stats.zeroCopyReceive) {
-    const auto zeroCopy = static_cast<uint64_t>(std::count_if(sends.begin(), sends.end(), [&](const auto& send) {
-      const size_t from = overridden ? 20000 : send.second ? kZeroCopyBytesOwnCores : kZeroCopyBytesSharingCores;
-      return send.first >= from;
+  // Just below and at 8 KiB, a prime between, and the same sizes plainly.
+  const std::vector<SharedSend> sends = {{8191, true}, {8192, true}, {12289, true}, {32767, true},
+                                         {8192, false}, {12289, false}, {32768, false}, {32768, true}};
+  uint64_t zeroCopy = 0, fifo = 0;
+  if (countZeroCopyReceives(sends, kZeroCopyBytesSharingCores, zeroCopy, fifo)) {
+    const auto expected = static_cast<uint64_t>(std::count_if(sends.begin(), sends.end(), [&](const SharedSend& send) {
+      const size_t from = overridden ? 20000 : send.readEarly ? kZeroCopyBytesOwnCores : kZeroCopyBytesSharingCores;
+      return send.bytes >= from;
     }));
-    CHECK(zeroCopy == (overridden ? 3u : 5u));  // the expectation itself, so that it cannot drift into agreeing
-    CHECK(stats.zeroCopyMessagesReceived == zeroCopy);
-    CHECK(stats.fifoMessagesReceived == sends.size() - zeroCopy);
-  } else {
-    WARN("this process may not open the peer's /proc/<pid>/fd; everything went through the FIFO");
+    CHECK(expected == (overridden ? 3u : 5u));  // the expectation itself, so that it cannot drift into agreeing
+    CHECK(zeroCopy == expected);
+    CHECK(fifo == sends.size() - expected);
   }
-  CHECK(finishChild(child) == "");
   config::clearOverrides();
 }
 
