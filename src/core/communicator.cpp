@@ -439,12 +439,14 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
                   (streamingThreshold_ > UINT64_MAX / kSentBytesCachedFootprints
                        ? std::string("never")
                        : std::to_string((streamingThreshold_ * kSentBytesCachedFootprints) >> 20) + " MiB") + ")";
+    const char* readEarly = sendRule_.readEarlyBelow > 0 ? "sends with receives to follow read in place from 8 KiB"
+                                                         : "other sends as the transport decides";
     TOPOCCL_INFO(log::kInit,
                  "comm %s rank %d nranks %d hosts %d slice %zu B (>= %zu a step) channels %d spin %u polls (%s); streaming "
                  "stores from %s (x %zu ranks), below that %s; sends copied out when overwritten, up to %zu B a step; %s; %s; peers via%s",
                  options_.name.c_str(), rank_, nranks_, locality_->nhosts(), sliceBytes_, slicesPerStep_, nchannels_, spinsBeforeYield_,
                  sharesCores_ ? "cores shared with other ranks" : "cores of its own", streamingFrom.c_str(), machineRanks_, bulkCopy_ ? "rep movsb" : "memcpy",
-                 sendRule_.overwrittenUpTo, sendRule_.readEarlyBelow > 0 ? "steps with receives to follow read in place from 8 KiB" : "other sends as the transport decides", boundCpu_ >= 0 ? ("bound to CPU " + std::to_string(boundCpu_) + " (ranks are a multiple of the CPUs; " +
+                 sendRule_.overwrittenUpTo, readEarly, boundCpu_ >= 0 ? ("bound to CPU " + std::to_string(boundCpu_) + " (ranks are a multiple of the CPUs; " +
                                    params::kBindOversubscribed.name() + "=0 leaves them to the scheduler)").c_str()
                                 : "placement left as found",
                  routes.str().c_str());

@@ -510,7 +510,8 @@ size_t markSendRoutes(std::vector<ResolvedLane>& lanes, const SendRule& rule) {
   const auto receivesRemain = [&](size_t b, size_t j) {
     for (size_t a = 0; a < lanes.size(); ++a)
       for (size_t i = 0; i < lanes[a].steps.size(); ++i)
-        if ((a != b || i != j) && algo::stepReceives(lanes[a].steps[i].kind) && !finishesBefore(lanes, a, i, b, j)) return true;
+        if ((a != b || i != j) && algo::stepReceives(lanes[a].steps[i].kind) && !finishesBefore(lanes, a, i, b, j))
+          return true;
     return false;
   };
   size_t routed = 0;
