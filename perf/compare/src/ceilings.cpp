@@ -138,6 +138,27 @@ class TwoThreads {
   }
 };
 
+// Each of n ranks' source (fromBytes) and destination (toBytes) buffers, first touched by the thread of the two
+// that copies into and out of them (rank r: thread r % 2), freed with it.
+struct RankBuffers {
+  std::vector<char*> from, to;
+  RankBuffers(TwoThreads& two, int n, size_t fromBytes, size_t toBytes) : from(n), to(n) {
+    for (int r = 0; r < n; r++) {
+      from[r] = (char*)aligned_alloc(4096, fromBytes);
+      to[r] = (char*)aligned_alloc(4096, toBytes);
+      if (!from[r] || !to[r]) die("aligned_alloc");
+    }
+    two.run(1, [&](int t) {
+      for (int r = t; r < n; r += 2) memset(from[r], r + 1, fromBytes), memset(to[r], 0, toBytes);
+    });
+  }
+  ~RankBuffers() {
+    for (size_t r = 0; r < from.size(); r++) free(from[r]), free(to[r]);
+  }
+  RankBuffers(const RankBuffers&) = delete;
+  RankBuffers& operator=(const RankBuffers&) = delete;
+};
+
 int copies(int reps) {
   using CopyFn = void (*)(void*, const void*, size_t);
   const CopyFn cached = [](void* d, const void* s, size_t b) { memcpy(d, s, b); };
@@ -151,16 +172,10 @@ int copies(int reps) {
       // all-to-all: `bytes` sent and received per rank, a block of bytes / n for each rank
       {
         const size_t block = bytes / n;
-        std::vector<char*> send(n), recv(n);
-        for (int r = 0; r < n; r++) {
-          send[r] = (char*)aligned_alloc(4096, bytes);
-          recv[r] = (char*)aligned_alloc(4096, bytes);
-          if (!send[r] || !recv[r]) die("aligned_alloc");
-        }
         TwoThreads two;
-        two.run(1, [&](int t) {  // first touch by the thread that copies into and out of them
-          for (int r = t; r < n; r += 2) memset(send[r], r + 1, bytes), memset(recv[r], 0, bytes);
-        });
+        RankBuffers buffers(two, n, bytes, bytes);
+        const std::vector<char*>& send = buffers.from;
+        const std::vector<char*>& recv = buffers.to;
         std::vector<double> best;
         const char* bestHow = "";
         // Three orders: own block first, own block last, and every block a 64 KiB piece at a time.
@@ -195,21 +210,14 @@ int copies(int reps) {
         snprintf(variant, sizeof(variant), "alltoall-np%d-%zu", n, bytes);
         fprintf(stderr, "copies: %s fastest %s\n", variant, bestHow);
         emit("copies", variant, 2, best, false, "us");
-        for (int r = 0; r < n; r++) free(send[r]), free(recv[r]);
       }
       // all-gather: `bytes` of output per rank, each rank's input bytes / n
       {
         const size_t part = bytes / n;
-        std::vector<char*> in(n), out(n);
-        for (int r = 0; r < n; r++) {
-          in[r] = (char*)aligned_alloc(4096, part);
-          out[r] = (char*)aligned_alloc(4096, bytes);
-          if (!in[r] || !out[r]) die("aligned_alloc");
-        }
         TwoThreads two;
-        two.run(1, [&](int t) {
-          for (int r = t; r < n; r += 2) memset(in[r], r + 1, part), memset(out[r], 0, bytes);
-        });
+        RankBuffers buffers(two, n, part, bytes);
+        const std::vector<char*>& in = buffers.from;
+        const std::vector<char*>& out = buffers.to;
         std::vector<double> best;
         const char* bestHow = "";
         for (CopyFn copy : {cached, streaming}) {
@@ -233,7 +241,6 @@ int copies(int reps) {
         snprintf(variant, sizeof(variant), "all_gather-np%d-%zu", n, bytes);
         fprintf(stderr, "copies: %s fastest %s\n", variant, bestHow);
         emit("copies", variant, 2, best, false, "us");
-        for (int r = 0; r < n; r++) free(in[r]), free(out[r]);
       }
     }
   }
