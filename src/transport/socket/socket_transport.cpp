@@ -246,6 +246,7 @@ class SocketConnection final : public Connection {
         dials_(self.rank <= peer.rank),
         accepts_(self.rank >= peer.rank) {
     peerName_ = "socket peer rank " + std::to_string(peer.rank) + " (" + peer.socketAddress + ")";
+    refreshDescription();
     connectTimeoutMs_ = params::kTimeoutMs.get();
     connectDeadline_ = Clock::now() + std::chrono::milliseconds(connectTimeoutMs_);
     if (dials_) {
@@ -351,10 +352,7 @@ class SocketConnection final : public Connection {
     }
     return true;
   }
-  std::string describe() const override {
-    return "socket to rank " + std::to_string(peerRank_) + peerName_.substr(peerName_.find(" (")) + " channel " +
-           std::to_string(channel_) + (nstreams_ > 0 ? ", " + std::to_string(nstreams_) + " streams" : "") + layout_;
-  }
+  std::string describe() const override { return description_; }
 
  private:
   struct SendMessage {
@@ -412,6 +410,14 @@ class SocketConnection final : public Connection {
   void setStreamCount(int count) {
     nstreams_ = count;
     streams_.resize(static_cast<size_t>(count));
+    refreshDescription();
+  }
+
+  // Built when what it names changes, not per call: every send and receive passes it for its errors.
+  void refreshDescription() {
+    description_ = "socket to rank " + std::to_string(peerRank_) + peerName_.substr(peerName_.find(" (")) +
+                   " channel " + std::to_string(channel_) +
+                   (nstreams_ > 0 ? ", " + std::to_string(nstreams_) + " streams" : "") + layout_;
   }
 
   void plan(SendMessage& message) const { message.partsLeft = planner_.partCount(message.bytes); }
@@ -459,6 +465,7 @@ class SocketConnection final : public Connection {
         layout_ += (i ? ", " : "") + routes_[i].label + " w" + std::to_string(routes_[i].weight);
       layout_ += ")";
     }
+    refreshDescription();
     for (auto& message : sends_) plan(message);
     for (auto& message : recvs_) plan(message);
     ready_ = true;
@@ -530,7 +537,7 @@ class SocketConnection final : public Connection {
   bool sendHello(Dial& dial) {
     const char* bytes = reinterpret_cast<const char*>(&dial.hello);
     iovec part{const_cast<char*>(bytes + dial.helloSent), sizeof(dial.hello) - dial.helloSent};
-    const IoResult result = bootstrap::sendSome(dial.fd.get(), &part, 1, describe());
+    const IoResult result = bootstrap::sendSome(dial.fd.get(), &part, 1, description_);
     if (result.peerGone) failPeerGone(result, "handshake");
     dial.helloSent += result.bytes;
     if (dial.helloSent < sizeof(dial.hello)) return false;
@@ -550,7 +557,7 @@ class SocketConnection final : public Connection {
         parts[count++] = {reinterpret_cast<char*>(&stream.sendHeader) + stream.sendHeaderDone,
                           sizeof(PartHeader) - stream.sendHeaderDone};
       if (stream.sendPayloadLeft > 0) parts[count++] = {const_cast<char*>(stream.sendPayload), std::min(kMaxIoBytes, stream.sendPayloadLeft)};
-      const IoResult result = bootstrap::sendSome(stream.sendFd(), parts, count, describe());
+      const IoResult result = bootstrap::sendSome(stream.sendFd(), parts, count, description_);
       if (result.peerGone) failPeerGone(result, "send");
       size_t moved = result.bytes;
       const size_t headerPart = std::min(moved, sizeof(PartHeader) - stream.sendHeaderDone);
@@ -601,7 +608,7 @@ class SocketConnection final : public Connection {
       if (stream.recvHeaderDone < sizeof(PartHeader)) {
         char* bytes = reinterpret_cast<char*>(&stream.recvHeader);
         const IoResult result = bootstrap::recvSome(stream.recvFd(), bytes + stream.recvHeaderDone,
-                                                    sizeof(PartHeader) - stream.recvHeaderDone, describe());
+                                                    sizeof(PartHeader) - stream.recvHeaderDone, description_);
         if (result.peerGone) failPeerGone(result, "receive");
         stream.recvHeaderDone += result.bytes;
         if (stream.recvHeaderDone < sizeof(PartHeader)) return;
@@ -663,7 +670,7 @@ class SocketConnection final : public Connection {
       // Plain receive: straight into the destination, no staging copy.
       while (stream.recvPayloadDone < length) {
         const IoResult result = bootstrap::recvSome(stream.recvFd(), dst + stream.recvPayloadDone,
-                                                    std::min(kMaxIoBytes, length - stream.recvPayloadDone), describe());
+                                                    std::min(kMaxIoBytes, length - stream.recvPayloadDone), description_);
         if (result.peerGone) failPeerGone(result, "receive");
         if (result.bytes == 0) return false;
         stream.recvPayloadDone += result.bytes;
@@ -679,7 +686,7 @@ class SocketConnection final : public Connection {
     while (stream.recvPayloadDone < length) {
       const size_t room = std::min(capacity - stream.stagingFill, length - stream.recvPayloadDone);
       const IoResult result =
-          bootstrap::recvSome(stream.recvFd(), stream.staging.data() + stream.stagingFill, room, describe());
+          bootstrap::recvSome(stream.recvFd(), stream.staging.data() + stream.stagingFill, room, description_);
       if (result.peerGone) failPeerGone(result, "receive");
       if (result.bytes == 0) return false;
       stream.stagingFill += result.bytes;
@@ -721,6 +728,7 @@ class SocketConnection final : public Connection {
   std::string peerName_;
   std::vector<StreamRoute> routes_;  // dialler only
   std::string layout_;               // for describe(): which NICs the streams use, when more than one
+  std::string description_;          // what describe() returns; see refreshDescription()
   socket_detail::StripePlanner planner_;
   int64_t connectTimeoutMs_ = 0;
   Deadline connectDeadline_;  // for the handshake: dialling, or waiting for the dialler
