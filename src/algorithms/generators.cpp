@@ -279,6 +279,44 @@ Plan recursiveDoublingAllReduce(int n, Placement placement) {
   return b.finish(stagedSomewhere || !needsStaging, true);
 }
 
+// All-gather in ceil(log2 n) rounds. On a power of two, recursive doubling: in round k a rank trades the 2^k
+// blocks it holds with rank r ^ 2^k. Otherwise Bruck's doubling: in round k a rank sends the blocks it holds,
+// [r, r + c) mod n with c = min(2^k, n - 2^k), to r - 2^k and receives [r + 2^k, r + 2^k + c) from r + 2^k, straight
+// into their places in the output (no final rotation); a span that wraps past block n-1 travels as two messages,
+// cut at the same place on both ends. Each round has its own lane: 2^k is below n, so no two rounds share a pair.
+void doublingAllGather(PlanBuilder& b, int n, Placement placement) {
+  const auto blocks = static_cast<uint32_t>(n);
+  const auto pieces = [&](int first, int count) {
+    const auto start = static_cast<uint32_t>(mod(first, n));
+    const auto length = static_cast<uint32_t>(count);
+    if (start + length <= blocks) return std::vector<ChunkRange>{output(start, length)};
+    return std::vector<ChunkRange>{output(start, blocks - start), output(0, start + length - blocks)};
+  };
+  for (int r = 0; r < n; ++r) {
+    std::optional<StepRef> lastArrival;  // the previous round's last receive: what this round sends is in by then
+    for (int distance = 1; distance < n; distance *= 2) {
+      // Held so far: blocks [first, first + distance) mod n; the peer's are the same span `distance` further on.
+      // On a power of two the peer is r ^ distance, both ways, and the spans are aligned, so they never wrap.
+      const int count = std::min(distance, n - distance);
+      const bool pairwise = std::has_single_bit(static_cast<unsigned>(n));
+      const int first = pairwise ? r & ~(distance - 1) : r;
+      const int from = pairwise ? r ^ distance : mod(r + distance, n);
+      const int to = pairwise ? from : mod(r - distance, n);
+      const uint16_t lane = b.addLane(r, to, from);
+      if (distance == 1) {
+        // The rank's own block, sent from the input; its copy into the output goes before the first receive, so
+        // that every later round, which waits on a receive, finds it there.
+        b.add(r, lane, send(input(0)));
+        if (placement != Placement::InPlace) b.add(r, lane, copy(input(0), output(static_cast<uint32_t>(r))));
+      } else {
+        for (const ChunkRange& piece : pieces(first, count)) b.add(r, lane, after(send(piece), lastArrival));
+      }
+      const int theirs = pairwise ? from & ~(distance - 1) : first + distance;
+      for (const ChunkRange& piece : pieces(theirs, count)) lastArrival = b.add(r, lane, recv(piece));
+    }
+  }
+}
+
 // ---- halving-doubling (Rabenseifner) ------------------------------------------------------------
 
 // The block is cut into `core` parts (core = the largest power of two <= n). Reduce-scatter by recursive
@@ -592,7 +630,7 @@ bool algorithmSupports(Algorithm a, Collective c) noexcept {
     case Algorithm::Ring:
       return c == Collective::AllReduce || c == Collective::AllGather || c == Collective::ReduceScatter ||
              c == Collective::Broadcast || c == Collective::Reduce;
-    case Algorithm::RecursiveDoubling: return c == Collective::AllReduce;
+    case Algorithm::RecursiveDoubling: return c == Collective::AllReduce || c == Collective::AllGather;
     case Algorithm::Tree: return c == Collective::Broadcast || c == Collective::Reduce;
     case Algorithm::Direct:
       return c == Collective::AllReduce || c == Collective::AllToAll || c == Collective::Gather || c == Collective::Scatter ||
@@ -630,6 +668,11 @@ Plan ringPlan(Collective c, int nranks, int root, int nchannels, Placement place
 Plan recursiveDoublingPlan(Collective c, int nranks, int root, int nchannels, Placement placement) {
   checkArguments(Algorithm::RecursiveDoubling, c, nranks, root, nchannels);
   if (nranks == 1) return singleRankPlan(Algorithm::RecursiveDoubling, c, placement);
+  if (c == Collective::AllGather) {
+    PlanBuilder b(Algorithm::RecursiveDoubling, c, nranks, root, 1);
+    doublingAllGather(b, nranks, placement);
+    return b.finish(true, placement != Placement::InPlace);
+  }
   return recursiveDoublingAllReduce(nranks, placement);
 }
 

@@ -215,6 +215,12 @@ std::vector<SelectionRow> memoryPathRows() {
           {Collective::ReduceScatter, 3, kMemoryPathDirectMaxRanks, kDirectMaxBytes, UINT64_MAX, Algorithm::Direct, 1}};
 }
 
+std::vector<SelectionRow> sharedCoreRows() {
+  constexpr int n = kSharedCoreRecursiveDoublingRanks;
+  return {{Collective::AllReduce, n, n, 0, kSharedCoreRecursiveDoublingAllReduceMaxBytes, Algorithm::RecursiveDoubling, 1},
+          {Collective::AllGather, n, n, 0, kSharedCoreRecursiveDoublingAllGatherMaxBytes, Algorithm::RecursiveDoubling, 1}};
+}
+
 std::vector<SelectionRow> modelledRows(const std::vector<Collective>& collectives, const std::vector<uint64_t>& bandStarts,
                                        int nranks, int minHosts,
                                        const std::function<std::optional<Plan>(Algorithm, Collective)>& planOf,

@@ -53,6 +53,15 @@ inline constexpr int kMemoryPathDirectMaxRanks = 8;
 //   took 0.59-0.93x recursive doubling's time up to 64 KiB; on 2 ranks both are one round.
 inline constexpr uint64_t kDirectAllReduceMaxBytes = 64 << 10;
 inline constexpr int kDirectAllReduceMaxRanks = 8;  // and one host: across NICs the n-1 copies cost bandwidth
+// - Where 4 ranks share a host's cores two to a CPU, recursive doubling's two rounds beat direct's one below 8 KiB
+//   for AllReduce (0.7-0.85x its time at 8 B-4 KiB) and below 2 KiB for AllGather (0.9x at 32-512 B): each rank
+//   sends and receives 2 messages instead of 3, and the second round's partner shares its CPU, so what it waits
+//   for is written into its own cache. Direct's single round wins again from 8 KiB (all-reduce) and 2-8 KiB
+//   (all-gather), where read-early zero copy pays. On 3, 6 and 8 ranks sharing 2 CPUs recursive doubling measured
+//   no better across the band (session 46, perf/RESULTS.md), so those keep direct.
+inline constexpr int kSharedCoreRecursiveDoublingRanks = 4;
+inline constexpr uint64_t kSharedCoreRecursiveDoublingAllReduceMaxBytes = 8 << 10;
+inline constexpr uint64_t kSharedCoreRecursiveDoublingAllGatherMaxBytes = 2 << 10;
 // - Hierarchical AllReduce (RS inside hosts, shards across hosts per rail, AG inside hosts) sends
 //   2 (H-1)/H S per host across the network where the flat ring sends 2 (n-1)/n S through each host's
 //   boundary rank pair, at 2 (L-1) + 2 (H-1) steps instead of 2 (n-1). From the ring's threshold up.
@@ -119,6 +128,8 @@ std::vector<SelectionRow> modelledRows(const std::vector<Collective>& collective
 // Rows that go before the defaults when every pair of ranks moves data through memory (shared memory or threads of
 // one process, one host), not sockets.
 std::vector<SelectionRow> memoryPathRows();
+// Rows that go before those when, besides, some of the host's ranks share CPUs (more ranks than cores).
+std::vector<SelectionRow> sharedCoreRows();
 
 // The GPU path's protocols (NCCL's): LL moves data and flag in one word, for latency; Simple moves whole slices
 // behind one flag, for bandwidth. On the host path every protocol is the same executor.

@@ -238,6 +238,16 @@ size_t selectionBytes(const CollectiveArgs& a, int nranks, size_t elem) {
   }
 }
 
+// Whether any of one host's ranks shares its CPUs with another, from every rank's affinity as sent at bootstrap
+// (before oversubscribed ranks are bound): the same answer on every rank, so selection rows may depend on it.
+bool someRankSharesCores(const std::vector<WireInfo>& wire) {
+  std::vector<topo::CpuSet> cpus;
+  for (const WireInfo& w : wire)
+    cpus.push_back(w.cpuSetKnown ? topo::CpuSet(std::begin(w.cpuSet), std::end(w.cpuSet)) : topo::CpuSet{});
+  const size_t machineCpus = std::thread::hardware_concurrency();
+  return std::any_of(cpus.begin(), cpus.end(), [&](const topo::CpuSet& mine) { return topo::sharesCores(mine, cpus, machineCpus); });
+}
+
 }  // namespace
 
 Communicator::Communicator(int rank, int nranks, CommOptions options)
@@ -356,7 +366,10 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
   bool socketPairs = locality_->nhosts() > 1;
   for (const WireInfo& w : wire) socketPairs = socketPairs || !w.shmAllowed;
   slicesPerStep_ = socketPairs ? Execution::kSlicesPerStepSockets : Execution::kSlicesPerStep;
-  if (!socketPairs) selection_->prependRows(algo::memoryPathRows());
+  if (!socketPairs) {
+    selection_->prependRows(algo::memoryPathRows());
+    if (someRankSharesCores(wire)) selection_->prependRows(algo::sharedCoreRows());
+  }
   loadPlanFiles();
   if (params::kTopoFuse.get()) gatherClusterTopology();
   synthesizePlans();

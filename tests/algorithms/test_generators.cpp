@@ -244,6 +244,33 @@ TEST_CASE("plan shapes: chunks per block, lanes and channels") {
   CHECK(rd6.ranks[0].lanes.size() == 3);  // fold lane + 2 rounds
   CHECK(rd6.ranks[5].lanes.size() == 1);  // extra rank: send, then receive the result
 
+  // Recursive-doubling all-gather on a power of two: round k trades the 2^k blocks held with rank r ^ 2^k.
+  const Plan rdGather = recursiveDoublingPlan(Collective::AllGather, 8, 0, 1, Placement::OutOfPlace);
+  for (int r = 0; r < 8; ++r) {
+    const auto& lanes = rdGather.ranks[static_cast<size_t>(r)].lanes;
+    REQUIRE(lanes.size() == 3);
+    for (int k = 0; k < 3; ++k) {
+      const Lane& lane = lanes[static_cast<size_t>(k)];
+      CHECK(lane.sendPeer == (r ^ (1 << k)));
+      CHECK(lane.recvPeer == (r ^ (1 << k)));
+      const Step& arrival = lane.steps.back();
+      CHECK(arrival.kind == StepKind::Recv);
+      CHECK(arrival.dst == ChunkRange{BufferId::Output, static_cast<uint32_t>((r ^ (1 << k)) & ~((1 << k) - 1)), 1u << k});
+    }
+  }
+  // Elsewhere Bruck's: 5 ranks in 3 rounds. Rank 4 holds blocks 4 and 0 after the first, a span that wraps: two
+  // messages to rank 2, while blocks 1-2 come from rank 1 in one.
+  const Plan bruck = recursiveDoublingPlan(Collective::AllGather, 5, 0, 1, Placement::InPlace);
+  const auto& rank4 = bruck.ranks[4].lanes;
+  REQUIRE(rank4.size() == 3);
+  CHECK(rank4[1].sendPeer == 2);
+  CHECK(rank4[1].recvPeer == 1);
+  REQUIRE(rank4[1].steps.size() == 3);
+  CHECK(rank4[1].steps[0].src == ChunkRange{BufferId::Output, 4, 1});
+  CHECK(rank4[1].steps[1].src == ChunkRange{BufferId::Output, 0, 1});
+  CHECK(rank4[1].steps[2].dst == ChunkRange{BufferId::Output, 1, 2});
+  CHECK(rank4[2].steps.back().dst == ChunkRange{BufferId::Output, 3, 1});  // the last round only needs one block
+
   const Plan single = ringPlan(Collective::AllReduce, 1, 0, 2, Placement::InPlace);
   CHECK(single.ranks.size() == 1);
   CHECK(single.ranks[0].lanes.empty());

@@ -94,7 +94,10 @@ TEST_CASE("NCCL_ALGO: one list applies wherever it leaves an algorithm") {
   const SelectionTable tree = withAlgo("Tree");  // NCCL's Tree = our tree and recursive doubling
   CHECK(tree.choose(Collective::AllReduce, kLarge, 8) == Algorithm::RecursiveDoubling);
   CHECK(tree.choose(Collective::Reduce, kLarge, 8) == Algorithm::Tree);
-  CHECK(tree.choose(Collective::AllGather, kLarge, 8) == Algorithm::Ring);  // no tree AllGather: unrestricted
+  // NCCL has no tree AllGather (it fails the call); ours are the log-depth algorithms, and AllGather has recursive
+  // doubling. Collectives with neither stay unrestricted.
+  CHECK(tree.choose(Collective::AllGather, kLarge, 8) == Algorithm::RecursiveDoubling);
+  CHECK(tree.choose(Collective::ReduceScatter, kLarge, 8) == Algorithm::Ring);
 
   const SelectionTable ncclOnly = withAlgo("NVLS,CollNetDirect");
   CHECK(ncclOnly.choose(Collective::AllReduce, kLarge, 6) == Algorithm::Ring);
@@ -368,4 +371,30 @@ TEST_CASE("memory-path rows: two ranks on one host keep recursive doubling to 1 
   // NCCL_ALGO still rules.
   table.setFilter(AlgorithmFilter::parse("allreduce:ring"));
   CHECK(table.choose(Collective::AllReduce, 1 << 20, 2) == Algorithm::Ring);
+}
+
+TEST_CASE("shared-core rows: 4 ranks two to a CPU take recursive doubling for small all-reduce and all-gather, others keep direct") {
+  SelectionTable table = SelectionTable::defaults();
+  table.prependRows(memoryPathRows());
+  CHECK(table.choose(Collective::AllReduce, 8, 4) == Algorithm::Direct);  // cores of their own
+  CHECK(table.choose(Collective::AllGather, 512, 4) == Algorithm::Direct);
+  table.prependRows(sharedCoreRows());
+  for (uint64_t bytes : {uint64_t{0}, uint64_t{8}, uint64_t{4} << 10, (uint64_t{8} << 10) - 4})
+    CHECK(table.choose(Collective::AllReduce, bytes, 4) == Algorithm::RecursiveDoubling);
+  CHECK(table.choose(Collective::AllReduce, uint64_t{8} << 10, 4) == Algorithm::Direct);
+  CHECK(table.choose(Collective::AllReduce, uint64_t{1} << 20, 4) == Algorithm::HalvingDoubling);
+  for (uint64_t bytes : {uint64_t{16}, uint64_t{512}, (uint64_t{2} << 10) - 16})
+    CHECK(table.choose(Collective::AllGather, bytes, 4) == Algorithm::RecursiveDoubling);
+  CHECK(table.choose(Collective::AllGather, uint64_t{2} << 10, 4) == Algorithm::Direct);
+  for (int ranks : {3, 5, 6, 8}) {
+    CHECK(table.choose(Collective::AllReduce, 8, ranks) == Algorithm::Direct);
+    CHECK(table.choose(Collective::AllGather, 512, ranks) == Algorithm::Direct);
+  }
+  CHECK(table.choose(Collective::AllToAll, 512, 4) == Algorithm::Direct);
+  // NCCL_ALGO still rules.
+  table.setFilter(AlgorithmFilter::parse("allreduce:direct;allgather:direct"));
+  CHECK(table.choose(Collective::AllReduce, 8, 4) == Algorithm::Direct);
+  CHECK(table.choose(Collective::AllGather, 512, 4) == Algorithm::Direct);
+  table.setFilter(AlgorithmFilter::parse("allgather:rd"));
+  CHECK(table.choose(Collective::AllGather, uint64_t{1} << 20, 4) == Algorithm::RecursiveDoubling);  // wherever asked
 }

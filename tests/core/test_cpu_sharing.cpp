@@ -24,6 +24,8 @@ namespace {
 
 struct RankOutcome {
   bool sharesCores = false;
+  std::string allReduceAlgorithm;  // chosen for this run's size
+  std::string smallAllGatherAlgorithm;  // chosen for a 1 KiB all-gather
   std::vector<float> output;
   std::string error;
 };
@@ -44,6 +46,8 @@ std::vector<RankOutcome> runPinned(const std::vector<int>& pins, const std::vect
         if (pthread_setaffinity_np(pthread_self(), sizeof(one), &one) != 0) throw std::runtime_error("pthread_setaffinity_np failed");
         auto comm = core::Communicator::create(id, nranks, r, core::CommOptions{});
         out.sharesCores = comm->sharesCores();
+        out.allReduceAlgorithm = comm->chosenAlgorithm(algo::Collective::AllReduce, inputs[static_cast<size_t>(r)].size() * sizeof(float), false);
+        out.smallAllGatherAlgorithm = comm->chosenAlgorithm(algo::Collective::AllGather, 1024, false);
         out.output.assign(inputs[static_cast<size_t>(r)].size(), -1.0f);
         core::CollectiveArgs args;
         args.collective = algo::Collective::AllReduce;
@@ -108,6 +112,55 @@ TEST_CASE("ranks pinned two to a CPU know they share it, a rank pinned alone kno
       REQUIRE(outcomes[r].error.empty());
       CHECK(outcomes[r].sharesCores == c.shares[r]);
       for (size_t i = 0; i < count; ++i) {
+        double expected = 0;
+        for (size_t q = 0; q < nranks; ++q) expected += inputs[q][i];
+        REQUIRE(std::fabs(outcomes[r].output[i] - expected) <= 1e-5 * (1.0 + std::fabs(expected)) * static_cast<double>(nranks));
+      }
+    }
+  }
+}
+
+// Every rank of a host decides from the same wire data: where some share a CPU, 4 ranks take recursive doubling for
+// small all-reduce and all-gather (algo::sharedCoreRows), all of them alike, and the sums still come out right.
+TEST_CASE("4 ranks two to a CPU all choose recursive doubling for small all-reduce and all-gather, and sum right") {
+  const topo::CpuSet available = topo::currentCpuSet();
+  std::vector<int> cpus;
+  for (int c = 0; c < static_cast<int>(available.size()) * 64; ++c)
+    if ((available[static_cast<size_t>(c) / 64] >> (c % 64)) & 1u) cpus.push_back(c);
+  REQUIRE(!cpus.empty());
+  const uint64_t seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  INFO("seed " << seed);
+  std::mt19937_64 random(seed);
+  std::uniform_real_distribution<float> value(-8.0f, 8.0f);
+
+  const int a = cpus[0];
+  const int b = cpus.size() >= 2 ? cpus[1] : a;
+  struct Case {
+    std::vector<int> pins;
+    size_t count;
+    const char* allReduce;
+    const char* allGather;
+  };
+  std::vector<Case> cases = {{{a, a, b, b}, 3, "recursive_doubling", "recursive_doubling"},
+                             {{a, b, a, b}, 1021, "recursive_doubling", "recursive_doubling"},  // 4084 B
+                             {{a, a, b, b}, 2048, "direct", "recursive_doubling"}};             // 8 KiB
+  if (cpus.size() >= 4) cases.push_back({{cpus[0], cpus[1], cpus[2], cpus[3]}, 3, "direct", "direct"});
+  else WARN("fewer than 4 CPUs in this process's affinity: the case of 4 ranks on cores of their own does not run");
+  for (const Case& c : cases) {
+    const size_t nranks = c.pins.size();
+    std::vector<std::vector<float>> inputs(nranks, std::vector<float>(c.count));
+    for (auto& rank : inputs)
+      for (float& v : rank) v = value(random);
+    std::string pinsText;
+    for (int p : c.pins) pinsText += std::to_string(p) + " ";
+    INFO(nranks << " ranks pinned to CPUs " << pinsText << ", " << c.count << " floats");
+    const auto outcomes = runPinned(c.pins, inputs);
+    for (size_t r = 0; r < nranks; ++r) {
+      INFO("rank " << r << ": " << outcomes[r].error);
+      REQUIRE(outcomes[r].error.empty());
+      CHECK(outcomes[r].allReduceAlgorithm == c.allReduce);
+      CHECK(outcomes[r].smallAllGatherAlgorithm == c.allGather);
+      for (size_t i = 0; i < c.count; ++i) {
         double expected = 0;
         for (size_t q = 0; q < nranks; ++q) expected += inputs[q][i];
         REQUIRE(std::fabs(outcomes[r].output[i] - expected) <= 1e-5 * (1.0 + std::fabs(expected)) * static_cast<double>(nranks));
