@@ -217,8 +217,7 @@ std::vector<SelectionRow> memoryPathRows() {
 
 std::vector<SelectionRow> sharedCoreRows() {
   constexpr int n = kSharedCoreRecursiveDoublingRanks;
-  return {{Collective::AllReduce, n, n, 0, kSharedCoreRecursiveDoublingAllReduceMaxBytes, Algorithm::RecursiveDoubling, 1},
-          {Collective::AllGather, n, n, 0, kSharedCoreRecursiveDoublingAllGatherMaxBytes, Algorithm::RecursiveDoubling, 1}};
+  return {{Collective::AllReduce, n, n, 0, kSharedCoreRecursiveDoublingAllReduceMaxBytes, Algorithm::RecursiveDoubling, 1}};
 }
 
 std::vector<SelectionRow> modelledRows(const std::vector<Collective>& collectives, const std::vector<uint64_t>& bandStarts,

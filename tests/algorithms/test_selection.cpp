@@ -373,7 +373,7 @@ TEST_CASE("memory-path rows: two ranks on one host keep recursive doubling to 1 
   CHECK(table.choose(Collective::AllReduce, 1 << 20, 2) == Algorithm::Ring);
 }
 
-TEST_CASE("shared-core rows: 4 ranks two to a CPU take recursive doubling for small all-reduce and all-gather, others keep direct") {
+TEST_CASE("shared-core rows: 4 ranks two to a CPU take recursive doubling for small all-reduce, others keep direct") {
   SelectionTable table = SelectionTable::defaults();
   table.prependRows(memoryPathRows());
   CHECK(table.choose(Collective::AllReduce, 8, 4) == Algorithm::Direct);  // cores of their own
@@ -383,9 +383,7 @@ TEST_CASE("shared-core rows: 4 ranks two to a CPU take recursive doubling for sm
     CHECK(table.choose(Collective::AllReduce, bytes, 4) == Algorithm::RecursiveDoubling);
   CHECK(table.choose(Collective::AllReduce, uint64_t{8} << 10, 4) == Algorithm::Direct);
   CHECK(table.choose(Collective::AllReduce, uint64_t{1} << 20, 4) == Algorithm::HalvingDoubling);
-  for (uint64_t bytes : {uint64_t{16}, uint64_t{512}, (uint64_t{2} << 10) - 16})
-    CHECK(table.choose(Collective::AllGather, bytes, 4) == Algorithm::RecursiveDoubling);
-  CHECK(table.choose(Collective::AllGather, uint64_t{2} << 10, 4) == Algorithm::Direct);
+  CHECK(table.choose(Collective::AllGather, 512, 4) == Algorithm::Direct);  // measured no better: not chosen
   for (int ranks : {3, 5, 6, 8}) {
     CHECK(table.choose(Collective::AllReduce, 8, ranks) == Algorithm::Direct);
     CHECK(table.choose(Collective::AllGather, 512, ranks) == Algorithm::Direct);
