@@ -216,8 +216,8 @@ std::vector<SelectionRow> memoryPathRows() {
 }
 
 std::vector<SelectionRow> sharedCoreRows() {
-  constexpr int n = kSharedCoreRecursiveDoublingRanks;
-  return {{Collective::AllReduce, n, n, 0, kSharedCoreRecursiveDoublingAllReduceMaxBytes, Algorithm::RecursiveDoubling, 1}};
+  return {{Collective::AllReduce, kSharedCoreRecursiveDoublingMinRanks, kSharedCoreRecursiveDoublingMaxRanks, 0,
+           kSharedCoreRecursiveDoublingAllReduceMaxBytes, Algorithm::RecursiveDoubling, 1}};
 }
 
 std::vector<SelectionRow> modelledRows(const std::vector<Collective>& collectives, const std::vector<uint64_t>& bandStarts,

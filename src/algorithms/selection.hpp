@@ -53,14 +53,15 @@ inline constexpr int kMemoryPathDirectMaxRanks = 8;
 //   took 0.59-0.93x recursive doubling's time up to 64 KiB; on 2 ranks both are one round.
 inline constexpr uint64_t kDirectAllReduceMaxBytes = 64 << 10;
 inline constexpr int kDirectAllReduceMaxRanks = 8;  // and one host: across NICs the n-1 copies cost bandwidth
-// - Where 4 ranks share a host's cores two to a CPU, recursive doubling's two rounds beat direct's one for AllReduce
-//   below 8 KiB: 0.7-0.85x its time at 128 B-4 KiB, as fast or up to 0.8x at 8-32 B (session 46, perf/RESULTS.md).
-//   Each rank sends and receives 2 messages instead of 3, and its second round's partner shares its CPU. Its
-//   launches fall in levels (1.7-1.9 us or 2.3-2.6 at 32 B) by how many context switches a call settles into; direct's
-//   do too, less far apart. Direct wins again from 8 KiB, where read-early zero copy pays. AllGather by recursive
-//   doubling had the same levels and no better median than direct; on 3, 6 and 8 ranks sharing 2 CPUs recursive
-//   doubling all-reduce measured no better across the band. Those keep direct.
-inline constexpr int kSharedCoreRecursiveDoublingRanks = 4;
+// - Where 4-8 ranks share a host's cores (2 CPUs here), recursive doubling's log2 n rounds beat direct's one for
+//   AllReduce below 8 KiB (session 46, perf/RESULTS.md): 0.7-0.85x its time at 128 B-4 KiB on 4 ranks and as fast
+//   or up to 0.8x at 8-32 B; 0.6-0.9x at 32 B-2 KiB on 5-8 ranks, the same within noise at 8 B. Each rank sends and
+//   receives log2 n messages instead of n-1. On 3 ranks direct stays ahead (recursive doubling folds: 1.3x its time
+//   at 8-512 B). Launches fall in levels (4 ranks, 32 B: 1.7-1.9 us or 2.3-2.6) by how many context switches a call
+//   settles into; direct's do too, less far apart. Direct wins again from 8 KiB, where read-early zero copy pays.
+//   AllGather by recursive doubling had the same levels and no better median than direct, so it is not chosen.
+inline constexpr int kSharedCoreRecursiveDoublingMinRanks = 4;
+inline constexpr int kSharedCoreRecursiveDoublingMaxRanks = kDirectAllReduceMaxRanks;
 inline constexpr uint64_t kSharedCoreRecursiveDoublingAllReduceMaxBytes = 8 << 10;
 // - Hierarchical AllReduce (RS inside hosts, shards across hosts per rail, AG inside hosts) sends
 //   2 (H-1)/H S per host across the network where the flat ring sends 2 (n-1)/n S through each host's

@@ -373,21 +373,21 @@ TEST_CASE("memory-path rows: two ranks on one host keep recursive doubling to 1 
   CHECK(table.choose(Collective::AllReduce, 1 << 20, 2) == Algorithm::Ring);
 }
 
-TEST_CASE("shared-core rows: 4 ranks two to a CPU take recursive doubling for small all-reduce, others keep direct") {
+TEST_CASE("shared-core rows: 4-8 ranks sharing CPUs take recursive doubling for small all-reduce, 3 keep direct") {
   SelectionTable table = SelectionTable::defaults();
   table.prependRows(memoryPathRows());
   CHECK(table.choose(Collective::AllReduce, 8, 4) == Algorithm::Direct);  // cores of their own
   CHECK(table.choose(Collective::AllGather, 512, 4) == Algorithm::Direct);
   table.prependRows(sharedCoreRows());
-  for (uint64_t bytes : {uint64_t{0}, uint64_t{8}, uint64_t{4} << 10, (uint64_t{8} << 10) - 4})
-    CHECK(table.choose(Collective::AllReduce, bytes, 4) == Algorithm::RecursiveDoubling);
-  CHECK(table.choose(Collective::AllReduce, uint64_t{8} << 10, 4) == Algorithm::Direct);
-  CHECK(table.choose(Collective::AllReduce, uint64_t{1} << 20, 4) == Algorithm::HalvingDoubling);
-  CHECK(table.choose(Collective::AllGather, 512, 4) == Algorithm::Direct);  // measured no better: not chosen
-  for (int ranks : {3, 5, 6, 8}) {
-    CHECK(table.choose(Collective::AllReduce, 8, ranks) == Algorithm::Direct);
-    CHECK(table.choose(Collective::AllGather, 512, ranks) == Algorithm::Direct);
+  for (int ranks : {4, 5, 6, 7, 8}) {
+    for (uint64_t bytes : {uint64_t{0}, uint64_t{8}, uint64_t{4} << 10, (uint64_t{8} << 10) - 4})
+      CHECK(table.choose(Collective::AllReduce, bytes, ranks) == Algorithm::RecursiveDoubling);
+    CHECK(table.choose(Collective::AllReduce, uint64_t{8} << 10, ranks) == Algorithm::Direct);
+    CHECK(table.choose(Collective::AllGather, 512, ranks) == Algorithm::Direct);  // measured no better: not chosen
   }
+  CHECK(table.choose(Collective::AllReduce, uint64_t{1} << 20, 4) == Algorithm::HalvingDoubling);
+  CHECK(table.choose(Collective::AllReduce, 8, 3) == Algorithm::Direct);
+  CHECK(table.choose(Collective::AllReduce, 8, 2) == Algorithm::RecursiveDoubling);  // the memory-path row, as before
   CHECK(table.choose(Collective::AllToAll, 512, 4) == Algorithm::Direct);
   // NCCL_ALGO still rules.
   table.setFilter(AlgorithmFilter::parse("allreduce:direct;allgather:direct"));
