@@ -69,19 +69,47 @@ std::vector<RankOutcome> runPinned(const std::vector<int>& pins, const std::vect
   return outcomes;
 }
 
-}  // namespace
-
-TEST_CASE("ranks pinned two to a CPU know they share it, a rank pinned alone knows it does not") {
+std::vector<int> usableCpus() {
   const topo::CpuSet available = topo::currentCpuSet();
   std::vector<int> cpus;
   for (int c = 0; c < static_cast<int>(available.size()) * 64; ++c)
     if ((available[static_cast<size_t>(c) / 64] >> (c % 64)) & 1u) cpus.push_back(c);
-  REQUIRE(!cpus.empty());
+  return cpus;
+}
 
-  const uint64_t seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+uint64_t freshSeed() { return (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}(); }
+
+std::vector<std::vector<float>> randomInputs(std::mt19937_64& random, size_t nranks, size_t count) {
+  std::uniform_real_distribution<float> value(-8.0f, 8.0f);
+  std::vector<std::vector<float>> inputs(nranks, std::vector<float>(count));
+  for (auto& rank : inputs)
+    for (float& v : rank) v = value(random);
+  return inputs;
+}
+
+// Every rank ran without error, and its output is the sum of every rank's input, within float rounding of a
+// double-precision reference.
+void checkSums(const std::vector<RankOutcome>& outcomes, const std::vector<std::vector<float>>& inputs) {
+  const size_t nranks = inputs.size();
+  for (size_t r = 0; r < nranks; ++r) {
+    INFO("rank " << r << ": " << outcomes[r].error);
+    REQUIRE(outcomes[r].error.empty());
+    for (size_t i = 0; i < inputs[r].size(); ++i) {
+      double expected = 0;
+      for (size_t q = 0; q < nranks; ++q) expected += inputs[q][i];
+      REQUIRE(std::fabs(outcomes[r].output[i] - expected) <= 1e-5 * (1.0 + std::fabs(expected)) * static_cast<double>(nranks));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("ranks pinned two to a CPU know they share it, a rank pinned alone knows it does not") {
+  const std::vector<int> cpus = usableCpus();
+  REQUIRE(!cpus.empty());
+  const uint64_t seed = freshSeed();
   INFO("seed " << seed);
   std::mt19937_64 random(seed);
-  std::uniform_real_distribution<float> value(-8.0f, 8.0f);
 
   struct Case {
     std::vector<int> pins;
@@ -99,39 +127,24 @@ TEST_CASE("ranks pinned two to a CPU know they share it, a rank pinned alone kno
   }
   for (const Case& c : cases) {
     const size_t nranks = c.pins.size();
-    const size_t count = 1009;  // prime
-    std::vector<std::vector<float>> inputs(nranks, std::vector<float>(count));
-    for (auto& rank : inputs)
-      for (float& v : rank) v = value(random);
+    const auto inputs = randomInputs(random, nranks, 1009);  // prime
     std::string pinsText;
     for (int p : c.pins) pinsText += std::to_string(p) + " ";
     INFO(nranks << " ranks pinned to CPUs " << pinsText);
     const auto outcomes = runPinned(c.pins, inputs);
-    for (size_t r = 0; r < nranks; ++r) {
-      INFO("rank " << r << ": " << outcomes[r].error);
-      REQUIRE(outcomes[r].error.empty());
-      CHECK(outcomes[r].sharesCores == c.shares[r]);
-      for (size_t i = 0; i < count; ++i) {
-        double expected = 0;
-        for (size_t q = 0; q < nranks; ++q) expected += inputs[q][i];
-        REQUIRE(std::fabs(outcomes[r].output[i] - expected) <= 1e-5 * (1.0 + std::fabs(expected)) * static_cast<double>(nranks));
-      }
-    }
+    checkSums(outcomes, inputs);
+    for (size_t r = 0; r < nranks; ++r) CHECK(outcomes[r].sharesCores == c.shares[r]);
   }
 }
 
 // Every rank of a host decides from the same wire data: where some share a CPU, 4 ranks take recursive doubling for
 // small all-reduce (algo::sharedCoreRows), all of them alike, and the sums still come out right.
 TEST_CASE("4 ranks two to a CPU all choose recursive doubling for small all-reduce, and sum right") {
-  const topo::CpuSet available = topo::currentCpuSet();
-  std::vector<int> cpus;
-  for (int c = 0; c < static_cast<int>(available.size()) * 64; ++c)
-    if ((available[static_cast<size_t>(c) / 64] >> (c % 64)) & 1u) cpus.push_back(c);
+  const std::vector<int> cpus = usableCpus();
   REQUIRE(!cpus.empty());
-  const uint64_t seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  const uint64_t seed = freshSeed();
   INFO("seed " << seed);
   std::mt19937_64 random(seed);
-  std::uniform_real_distribution<float> value(-8.0f, 8.0f);
 
   const int a = cpus[0];
   const int b = cpus.size() >= 2 ? cpus[1] : a;
@@ -148,23 +161,16 @@ TEST_CASE("4 ranks two to a CPU all choose recursive doubling for small all-redu
   else WARN("fewer than 4 CPUs in this process's affinity: the case of 4 ranks on cores of their own does not run");
   for (const Case& c : cases) {
     const size_t nranks = c.pins.size();
-    std::vector<std::vector<float>> inputs(nranks, std::vector<float>(c.count));
-    for (auto& rank : inputs)
-      for (float& v : rank) v = value(random);
+    const auto inputs = randomInputs(random, nranks, c.count);
     std::string pinsText;
     for (int p : c.pins) pinsText += std::to_string(p) + " ";
     INFO(nranks << " ranks pinned to CPUs " << pinsText << ", " << c.count << " floats");
     const auto outcomes = runPinned(c.pins, inputs);
+    checkSums(outcomes, inputs);
     for (size_t r = 0; r < nranks; ++r) {
-      INFO("rank " << r << ": " << outcomes[r].error);
-      REQUIRE(outcomes[r].error.empty());
+      INFO("rank " << r);
       CHECK(outcomes[r].allReduceAlgorithm == c.allReduce);
       CHECK(outcomes[r].smallAllGatherAlgorithm == c.allGather);
-      for (size_t i = 0; i < c.count; ++i) {
-        double expected = 0;
-        for (size_t q = 0; q < nranks; ++q) expected += inputs[q][i];
-        REQUIRE(std::fabs(outcomes[r].output[i] - expected) <= 1e-5 * (1.0 + std::fabs(expected)) * static_cast<double>(nranks));
-      }
     }
   }
 }
