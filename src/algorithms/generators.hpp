@@ -5,8 +5,8 @@
 //                      other way round so both directions of every link carry data.
 //   recursive_doubling AllReduce in ceil(log2 n) exchange rounds; ranks beyond the largest power of
 //                      two first fold their data into a partner and get the result back at the end.
-//                      AllGather in ceil(log2 n) rounds on any n, by Bruck's doubling: each round sends all
-//                      a rank holds 2^k ranks down and takes as many blocks from 2^k up.
+//                      AllGather in ceil(log2 n) rounds, each sending all a rank holds: a pairwise exchange
+//                      with r ^ 2^k on a power of two, Bruck's doubling (to r - 2^k, from r + 2^k) elsewhere.
 //   halving_doubling   AllReduce as Rabenseifner's: reduce-scatter by recursive halving, then all-gather by
 //                      recursive doubling, 2 log2 n rounds moving 2 (n-1)/n of the data like the ring's
 //                      2 (n-1) steps; ranks beyond the largest power of two fold in and out as in
