@@ -1018,10 +1018,13 @@ static ncclResult_t endGroup(bool simulate, ncclSimInfo_t* simInfo) {
       std::vector<std::thread> threads;
       std::vector<ncclResult_t> results(inits.size(), ncclSuccess);
       std::vector<std::string> errors(inits.size());
+      const int caller = static_cast<int>(gettid());  // it, not the helper threads, will call the communicators
       for (size_t i = 0; i < inits.size(); ++i)
         threads.emplace_back([&, i] {
           try {
-            finishInit(inits[i].handle, inits[i].id, inits[i].nranks, inits[i].rank, inits[i].options);
+            core::CommOptions options = inits[i].options;
+            options.callerThread = caller;
+            finishInit(inits[i].handle, inits[i].id, inits[i].nranks, inits[i].rank, std::move(options));
           } catch (const Error& e) {
             results[i] = e.code();
             errors[i] = e.what();

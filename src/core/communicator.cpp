@@ -490,6 +490,12 @@ void Communicator::bindOversubscribed(std::vector<topo::CpuSet>& machineCpus, si
                  params::kBindOversubscribed.name());
     cpus[myIndex] = -1;
   }
+  // Grouped inits run on helper threads; the thread that called ncclGroupEnd runs the collectives, so it is the one
+  // whose placement counts (session 46: until it was bound too, only the helper and the progress engine were).
+  if (cpus[myIndex] >= 0 && options_.callerThread > 0 && options_.callerThread != static_cast<int>(gettid()) &&
+      sched_setaffinity(options_.callerThread, sizeof(set), &set) != 0)
+    TOPOCCL_WARN("rank %d: bound to CPU %d, but not thread %d, which called ncclGroupEnd and will call the collectives "
+                 "(%s); the scheduler places that thread", rank_, cpus[myIndex], options_.callerThread, std::strerror(errno));
   for (size_t i = 0; i < cpus.size(); ++i)
     if (cpus[i] >= 0) machineCpus[i] = topo::singleCpu(cpus[i]);
   if (cpus[myIndex] < 0) return;

@@ -71,6 +71,9 @@ using Operation = std::variant<CollectiveArgs, PointToPointArgs>;
 struct CommOptions {
   bool blocking = true;
   std::string name;
+  // The thread that will call the communicator, when another thread creates it (grouped inits run on helper
+  // threads): a rank bound to a CPU binds it too. A Linux thread id; 0: the creating thread only.
+  int callerThread = 0;
 };
 
 class Communicator : public std::enable_shared_from_this<Communicator> {

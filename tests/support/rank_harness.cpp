@@ -55,7 +55,7 @@ RunResult runThreads(int nranks, const RankBody& body) {
 }
 
 RunResult runProcesses(int nranks, const RankBody& body, const std::map<std::string, std::string>& env,
-                       int timeoutSeconds) {
+                       int timeoutSeconds, InitCall init) {
   RunResult result;
   ncclUniqueId id;
   if (ncclGetUniqueId(&id) != ncclSuccess) {
@@ -77,8 +77,11 @@ RunResult runProcesses(int nranks, const RankBody& body, const std::map<std::str
       }
       ncclComm_t comm = nullptr;
       int failed = 0;
-      if (ncclCommInitRank(&comm, nranks, id, r) != ncclSuccess) {
-        std::fprintf(stderr, "rank %d: ncclCommInitRank failed: %s\n", r, ncclGetLastError(nullptr));
+      const bool grouped = init == InitCall::Grouped;
+      if ((grouped && ncclGroupStart() != ncclSuccess) || ncclCommInitRank(&comm, nranks, id, r) != ncclSuccess ||
+          (grouped && ncclGroupEnd() != ncclSuccess)) {
+        std::fprintf(stderr, "rank %d: ncclCommInitRank%s failed: %s\n", r, grouped ? " in a group" : "",
+                     ncclGetLastError(nullptr));
         failed = 1;
       } else {
         failed = body(r, nranks, comm);
@@ -125,7 +128,7 @@ RunResult runProcesses(int nranks, const RankBody& body, const std::map<std::str
 }  // namespace
 
 RunResult runRanks(RankMode mode, int nranks, const RankBody& body, const std::map<std::string, std::string>& env,
-                   int timeoutSeconds) {
+                   int timeoutSeconds, InitCall init) {
   if (mode == RankMode::Threads) {
     for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
     RunResult r = runThreads(nranks, body);
@@ -134,7 +137,7 @@ RunResult runRanks(RankMode mode, int nranks, const RankBody& body, const std::m
   }
   std::map<std::string, std::string> childEnv = env;
   if (mode == RankMode::ProcessesTcp) childEnv["NCCL_SHM_DISABLE"] = "1";
-  return runProcesses(nranks, body, childEnv, timeoutSeconds);
+  return runProcesses(nranks, body, childEnv, timeoutSeconds, init);
 }
 
 }  // namespace topoccl::test

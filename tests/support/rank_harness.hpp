@@ -21,10 +21,15 @@ struct RunResult {
   std::string problems;    // crashed / timed-out ranks, for the test log
 };
 
+// How a process rank creates its communicator: ncclCommInitRank alone, or inside ncclGroupStart / ncclGroupEnd as
+// nccl-tests does (the init then runs on a helper thread).
+enum class InitCall { Direct, Grouped };
+
 // Environment changes apply to the child processes only (and, for threads, are set around the run). In a
-// child, "{rank}" in a value becomes its rank (for threads it stays as written).
+// child, "{rank}" in a value becomes its rank (for threads it stays as written). `init` applies to processes.
 RunResult runRanks(RankMode mode, int nranks, const RankBody& body,
-                   const std::map<std::string, std::string>& env = {}, int timeoutSeconds = 600);
+                   const std::map<std::string, std::string>& env = {}, int timeoutSeconds = 600,
+                   InitCall init = InitCall::Direct);
 
 // A fresh random seed per run, printed so a failure can be replayed with TOPOCCL_TEST_SEED.
 uint64_t testSeed();
