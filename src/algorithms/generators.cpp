@@ -397,10 +397,20 @@ std::vector<int> binomialChildren(int v, int n) {
   return children;
 }
 
-void treeBroadcast(PlanBuilder& b, int n, int root, Placement placement) {
+// Relative rank -> its position in the tree: the identity, or its bits reversed (interleavedTreeBroadcast).
+int reverseBits(int v, int bits) {
+  int out = 0;
+  for (int i = 0; i < bits; ++i)
+    if ((v >> i) & 1) out |= 1 << (bits - 1 - i);
+  return out;
+}
+
+void treeBroadcast(PlanBuilder& b, int n, int root, Placement placement, bool bitReversed = false) {
+  const int bits = std::countr_zero(static_cast<unsigned>(n));  // used only when n is a power of two
+  const auto shuffle = [&](int v) { return bitReversed ? reverseBits(v, bits) : v; };  // an involution
   for (int r = 0; r < n; ++r) {
-    const int v = mod(r - root, n);
-    const auto rankOf = [&](int rel) { return mod(rel + root, n); };
+    const int v = shuffle(mod(r - root, n));
+    const auto rankOf = [&](int rel) { return mod(shuffle(rel) + root, n); };
     const std::vector<int> children = binomialChildren(v, n);
     if (v == 0) {
       for (size_t k = 0; k < children.size(); ++k) {
@@ -692,6 +702,16 @@ Plan treePlan(Collective c, int nranks, int root, int nchannels, Placement place
   }
   treeReduce(b, nranks, root);
   return b.finish(true, true);
+}
+
+Plan interleavedTreeBroadcast(int nranks, int root, int places, Placement placement) {
+  const bool fits = places > 1 && std::has_single_bit(static_cast<unsigned>(nranks)) &&
+                    std::has_single_bit(static_cast<unsigned>(places)) && nranks % places == 0;
+  if (!fits || nranks == 1) return treePlan(Collective::Broadcast, nranks, root, 1, placement);
+  checkArguments(Algorithm::Tree, Collective::Broadcast, nranks, root, 1);
+  PlanBuilder b(Algorithm::Tree, Collective::Broadcast, nranks, root, 1);
+  treeBroadcast(b, nranks, root, placement, true);
+  return b.finish(true, placement != Placement::InPlace);
 }
 
 Plan directPlan(Collective c, int nranks, int root, int nchannels, Placement placement) {

@@ -47,6 +47,11 @@ enum class Placement : uint8_t { Any, InPlace, OutOfPlace };
 Plan ringPlan(Collective c, int nranks, int root, int nchannels, Placement placement = Placement::Any);
 Plan recursiveDoublingPlan(Collective c, int nranks, int root, int nchannels, Placement placement = Placement::Any);
 Plan treePlan(Collective c, int nranks, int root, int nchannels, Placement placement = Placement::Any);
+// The binomial Broadcast for ranks dealt round-robin over `places` CPUs (rank r on CPU r mod places, as
+// oversubscribed ranks bind themselves): relative ranks are bit-reversed, so each of the root's subtrees lies on one
+// CPU and every CPU relays its share. Needs nranks and places powers of two, places dividing nranks; else the plain
+// tree. 4 ranks on 2 CPUs: 0.70-0.85x the plain tree's time at 8 B-2 KiB (perf/RESULTS.md, session 46).
+Plan interleavedTreeBroadcast(int nranks, int root, int places, Placement placement = Placement::Any);
 Plan halvingDoublingPlan(Collective c, int nranks, int root, int nchannels, Placement placement = Placement::Any);
 Plan directPlan(Collective c, int nranks, int root, int nchannels, Placement placement = Placement::Any);
 // AllReduce over hosts: ring reduce-scatter inside each host (shared memory), then the ranks with the same

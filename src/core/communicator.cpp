@@ -479,6 +479,9 @@ void Communicator::bindOversubscribed(std::vector<topo::CpuSet>& machineCpus, si
   // Every rank computes every rank's CPU from the same wire data, so all agree on who shares which CPU.
   std::vector<int> cpus(machineCpus.size());
   for (size_t i = 0; i < cpus.size(); ++i) cpus[i] = topo::oversubscribedRankCpu(machineCpus, i, ownProcesses);
+  // Every rank plans the same binding from the same data, so all agree on this whether or not their own bind works.
+  if (locality_->nhosts() == 1 && std::all_of(cpus.begin(), cpus.end(), [](int c) { return c >= 0; }))
+    interleavedCpus_ = static_cast<int>(std::set<int>(cpus.begin(), cpus.end()).size());
   if (cpus[myIndex] < 0) return;
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -618,6 +621,8 @@ bool Communicator::evenHosts() const {
 // A built-in generator's plan; the hierarchical one takes this job's hosts and (near mode) shard weights.
 algo::Plan Communicator::buildPlan(algo::Algorithm algorithm, algo::Collective collective, int root,
                                    algo::Placement placement) const {
+  if (algorithm == algo::Algorithm::Tree && collective == algo::Collective::Broadcast && interleavedCpus_ > 1)
+    return algo::interleavedTreeBroadcast(nranks_, root, interleavedCpus_, placement);
   if (algorithm != algo::Algorithm::Hierarchical) return algo::makePlan(algorithm, collective, nranks_, root, nchannels_, placement);
   std::vector<int> hostOfRank(static_cast<size_t>(nranks_));
   for (int r = 0; r < nranks_; ++r) hostOfRank[static_cast<size_t>(r)] = locality_->hostIndex(r);

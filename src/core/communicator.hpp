@@ -311,6 +311,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   bool sharesCores_ = false;  // other ranks may run on this rank's cores (topo::sharesCores)
   std::unique_ptr<ExecutionTrace> trace_;  // TOPOCCL_TRACE_FILE; null when not set
   int boundCpu_ = -1;         // the CPU this rank bound itself to (TOPOCCL_BIND_OVERSUBSCRIBED), or -1
+  int interleavedCpus_ = 0;   // one host whose ranks all bind round-robin over this many CPUs (rank r on r mod it), or 0
   // Idle polls before the progress loop yields its core: many when the rank has its cores to itself (a yield
   // is a syscall, and the peer is about to answer), few when it shares them.
   unsigned spinsBeforeYield_ = 1;

@@ -279,6 +279,46 @@ TEST_CASE("plan shapes: chunks per block, lanes and channels") {
   CHECK(singleCopy.ranks[0].lanes[0].steps[0].kind == StepKind::Copy);
 }
 
+// Ranks dealt round-robin over CPUs (rank r on CPU r mod places): the bit-reversed tree crosses between CPUs only
+// on the edges from one subtree's CPU to the next, places - 1 of them, where the plain tree crosses on most.
+TEST_CASE("interleaved broadcast tree: valid, right, and one CPU per subtree of the root's") {
+  const auto crossings = [](const Plan& plan, int places) {
+    int cross = 0;
+    for (int r = 0; r < plan.nranks; ++r)
+      for (const Lane& lane : plan.ranks[static_cast<size_t>(r)].lanes)
+        if (lane.recvPeer >= 0 && (lane.recvPeer - r) % places != 0) ++cross;
+    return cross;
+  };
+  for (int n : {2, 4, 8, 16}) {
+    for (int places : {2, 4}) {
+      if (places > n) continue;
+      for (int root = 0; root < n; ++root) {
+        for (Placement placement : {Placement::Any, Placement::InPlace, Placement::OutOfPlace}) {
+          const Plan plan = interleavedTreeBroadcast(n, root, places, placement);
+          const std::string what = "interleaved tree broadcast n=" + std::to_string(n) + " places=" + std::to_string(places) +
+                                   " root=" + std::to_string(root);
+          proveAndRun(plan, what, static_cast<uint64_t>(n * 17 + places * 5 + root));
+          INFO(what);
+          CHECK(crossings(plan, places) == places - 1);
+        }
+      }
+    }
+  }
+  // The plain tree on 4 ranks over 2 CPUs crosses twice (0 -> 1 and 2 -> 3); the interleaved one once (0 -> 1).
+  CHECK(crossings(treePlan(Collective::Broadcast, 4, 0, 1), 2) == 2);
+  const Plan four = interleavedTreeBroadcast(4, 0, 2);
+  CHECK(four.ranks[3].lanes[0].recvPeer == 1);
+  CHECK(four.ranks[2].lanes[0].recvPeer == 0);
+  // Outside what it is for (not powers of two, one CPU), the plain tree.
+  for (auto [n, places] : {std::pair{6, 2}, std::pair{4, 3}, std::pair{4, 1}, std::pair{2, 4}}) {
+    const Plan plain = treePlan(Collective::Broadcast, n, 1, 1);
+    const Plan same = interleavedTreeBroadcast(n, 1, places);
+    for (int r = 0; r < n; ++r)
+      for (size_t l = 0; l < plain.ranks[static_cast<size_t>(r)].lanes.size(); ++l)
+        CHECK(same.ranks[static_cast<size_t>(r)].lanes[l].recvPeer == plain.ranks[static_cast<size_t>(r)].lanes[l].recvPeer);
+  }
+}
+
 TEST_CASE("generators reject bad arguments with ncclInvalidArgument") {
   const auto code = [](auto&& make) {
     try {

@@ -94,6 +94,26 @@ int allReduceChecked(int rank, int nranks, ncclComm_t comm, uint64_t seed) {
   return wrong ? 1 : 0;
 }
 
+// A broadcast from the last rank: with ranks bound round-robin on a power of two, the bit-reversed tree
+// (algo::interleavedTreeBroadcast). Every element must arrive exactly.
+int broadcastChecked(int rank, int nranks, ncclComm_t comm, uint64_t seed) {
+  const size_t count = 1021;  // prime, below the tree's limit
+  const int root = nranks - 1;
+  std::mt19937_64 gen(seed ^ 0x5bd1e995u);
+  std::vector<float> sent(count);
+  for (float& x : sent) x = std::uniform_real_distribution<float>(-1.0f, 1.0f)(gen);
+  std::vector<float> buffer = rank == root ? sent : std::vector<float>(count, 0.0f);
+  if (ncclBroadcast(buffer.data(), buffer.data(), count, ncclFloat, root, comm, nullptr) != ncclSuccess) {
+    std::fprintf(stderr, "rank %d: broadcast failed: %s\n", rank, ncclGetLastError(comm));
+    return 1;
+  }
+  if (buffer != sent) {
+    std::fprintf(stderr, "rank %d: broadcast from rank %d arrived wrong\n", rank, root);
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 TEST_CASE("cpu binding: shm process ranks that are a multiple of their CPUs take one each in turn") {
@@ -116,7 +136,7 @@ TEST_CASE("cpu binding: shm process ranks that are a multiple of their CPUs take
       std::fprintf(stderr, "rank %d: %d thread(s) bound to CPU %d, expected the caller and the engine\n", rank, bound, cpu);
       ++failures;
     }
-    return failures + allReduceChecked(rank, n, comm, seed);
+    return failures + allReduceChecked(rank, n, comm, seed) + broadcastChecked(rank, n, comm, seed);
   }, {}, 600, init);
   INFO(result.problems);
   CHECK(result.failures == 0);
