@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <bit>
 #include <cctype>
+#include <map>
 #include <string>
+#include <utility>
 
 #include "common/error.hpp"
 
@@ -503,6 +505,139 @@ void directAllToAll(PlanBuilder& b, int n, int nchannels, bool staged, Placement
   }
 }
 
+// All-to-all in ceil(log2 n) rounds. Item (s, d) is rank s's block for rank d. On a power of two, round k sends
+// every item whose holder differs from d in bit k to the holder ^ 2^k (the pairwise hypercube); elsewhere, Bruck's:
+// round k moves on by 2^k, to r + 2^k, every item whose distance (d - s) mod n has bit k set. Every rank then
+// sends and receives ceil(log2 n) messages instead of n - 1, for copies on each side: a round's items travel as
+// one message, packed into scratch unless they already lie in order in one buffer, and received into scratch
+// unless all of them end here, in order, in consecutive output blocks. In place, the input is first copied to
+// scratch: the output blocks that receives write are input blocks still to be sent.
+// Returns whether the plan is also valid in place.
+bool doublingAllToAll(PlanBuilder& b, int n, Placement placement) {
+  struct Held {
+    ChunkRange at;
+  };
+  using Item = std::pair<int, int>;  // (source, destination)
+  const bool pairwise = std::has_single_bit(static_cast<unsigned>(n));
+  const bool staged = placement != Placement::OutOfPlace;
+  std::vector<std::map<Item, Held>> held(static_cast<size_t>(n));
+  std::vector<uint32_t> scratchUsed(static_cast<size_t>(n), staged ? static_cast<uint32_t>(n) : 0);
+  std::vector<std::optional<StepRef>> previousRound(static_cast<size_t>(n));
+  // In place, output block s is input block s: a write into it must not come before this rank's block for s is
+  // read. A receive after the round's send of that very block would wait for the peer to take it while the peer's
+  // receive waits likewise on ours; a copy after the receive only waits, and a pack copy is done by then.
+  struct OutputWrite {
+    int rank, block, round;
+    bool byReceive;
+  };
+  std::vector<OutputWrite> outputWrites;
+  struct InputRead {
+    int round = 0;
+    bool bySend = false;  // straight from the input (else copied into a pack first)
+  };
+  std::vector<InputRead> inputRead(static_cast<size_t>(n * n));
+  if (staged) b.useScratch(static_cast<uint32_t>(n));
+  for (int r = 0; r < n; ++r) {
+    for (int d = 0; d < n; ++d) {
+      if (d == r) continue;
+      const auto block = static_cast<uint32_t>(d);
+      held[static_cast<size_t>(r)][{r, d}] = {staged ? scratch(block) : input(block)};
+    }
+    if (placement != Placement::InPlace) {
+      b.add(r, b.addLane(r, -1, -1), copy(input(static_cast<uint32_t>(r)), output(static_cast<uint32_t>(r))));
+    }
+  }
+  const auto moves = [&](int holder, const Item& item, int distance) {
+    const auto [s, d] = item;
+    return pairwise ? ((holder ^ d) & distance) != 0 : (mod(d - s, n) & distance) != 0;
+  };
+  const auto takeScratch = [&](int r, size_t count) {
+    const uint32_t offset = scratchUsed[static_cast<size_t>(r)];
+    scratchUsed[static_cast<size_t>(r)] += static_cast<uint32_t>(count);
+    b.useScratch(scratchUsed[static_cast<size_t>(r)]);
+    return offset;
+  };
+  for (int distance = 1, round = 0; distance < n; distance *= 2, ++round) {
+    // What each rank sends this round, in (destination, source) order, from the holdings before it.
+    std::vector<std::vector<Item>> outgoing(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      for (const auto& [item, where] : held[static_cast<size_t>(r)]) {
+        if (moves(r, item, distance)) outgoing[static_cast<size_t>(r)].push_back(item);
+      }
+      std::sort(outgoing[static_cast<size_t>(r)].begin(), outgoing[static_cast<size_t>(r)].end(),
+                [](const Item& x, const Item& y) { return std::pair(x.second, x.first) < std::pair(y.second, y.first); });
+    }
+    std::vector<std::map<Item, Held>> next = held;
+    for (int r = 0; r < n; ++r) {
+      const int to = pairwise ? r ^ distance : mod(r + distance, n);
+      const int from = pairwise ? r ^ distance : mod(r - distance, n);
+      const uint16_t lane = b.addLane(r, to, from);
+      std::optional<StepRef> wait = previousRound[static_cast<size_t>(r)];
+      if (staged && round == 0) {  // ahead on this lane, which every later round waits for
+        b.add(r, lane, copy(input(0, static_cast<uint32_t>(n)), scratch(0, static_cast<uint32_t>(n))));
+      }
+      // Send: straight from where the items lie when they lie in order in one buffer, else packed.
+      const std::vector<Item>& mine = outgoing[static_cast<size_t>(r)];
+      auto& holds = held[static_cast<size_t>(r)];
+      const ChunkRange first = holds.at(mine.front()).at;
+      bool inOrder = true;
+      for (size_t j = 0; j < mine.size(); ++j) {
+        const ChunkRange at = holds.at(mine[j]).at;
+        inOrder = inOrder && at.buffer == first.buffer && at.offset == first.offset + j;
+      }
+      const auto count = static_cast<uint32_t>(mine.size());
+      if (inOrder) {
+        b.add(r, lane, after(send({first.buffer, first.offset, count}), wait));
+      } else {
+        const uint32_t pack = takeScratch(r, mine.size());
+        for (size_t j = 0; j < mine.size(); ++j) {
+          b.add(r, lane, after(copy(holds.at(mine[j]).at, scratch(pack + static_cast<uint32_t>(j))), j == 0 ? wait : std::nullopt));
+        }
+        b.add(r, lane, send(scratch(pack, count)));
+      }
+      for (const Item& item : mine) {
+        if (item.first == r) inputRead[static_cast<size_t>(r * n + item.second)] = {round, inOrder};
+        next[static_cast<size_t>(r)].erase(item);
+      }
+      // Receive: straight into the output when every item ends here, in order, in consecutive blocks.
+      const std::vector<Item>& theirs = outgoing[static_cast<size_t>(from)];
+      const auto arriving = static_cast<uint32_t>(theirs.size());
+      bool direct = true;
+      for (size_t j = 0; j < theirs.size(); ++j) {
+        direct = direct && theirs[j].second == r && theirs[j].first == theirs.front().first + static_cast<int>(j);
+      }
+      if (direct) {
+        const auto firstBlock = static_cast<uint32_t>(theirs.front().first);
+        for (const Item& item : theirs) outputWrites.push_back({r, item.first, round, true});
+        previousRound[static_cast<size_t>(r)] = b.add(r, lane, recv(output(firstBlock, arriving)));
+        continue;
+      }
+      const uint32_t landing = takeScratch(r, theirs.size());
+      std::optional<StepRef> last = b.add(r, lane, recv(scratch(landing, arriving)));
+      for (size_t j = 0; j < theirs.size(); ++j) {
+        const ChunkRange at = scratch(landing + static_cast<uint32_t>(j));
+        if (theirs[j].second == r) {
+          outputWrites.push_back({r, theirs[j].first, round, false});
+          last = b.add(r, lane, copy(at, output(static_cast<uint32_t>(theirs[j].first))));
+        } else {
+          next[static_cast<size_t>(r)][theirs[j]] = {at};
+        }
+      }
+      previousRound[static_cast<size_t>(r)] = last;
+    }
+    held = std::move(next);
+  }
+  for (int r = 0; r < n; ++r) {
+    if (!held[static_cast<size_t>(r)].empty()) throwInternalError("doubling all-to-all: rank " + std::to_string(r) + " kept items");
+  }
+  bool validInPlace = true;
+  for (const OutputWrite& w : outputWrites) {
+    const InputRead read = inputRead[static_cast<size_t>(w.rank * n + w.block)];
+    validInPlace = validInPlace && (read.round < w.round || (read.round == w.round && !(w.byReceive && read.bySend)));
+  }
+  return staged || validInPlace;
+}
+
 void directGather(PlanBuilder& b, int n, int root, Placement placement) {
   for (int r = 0; r < n; ++r) {
     if (r != root) {
@@ -640,7 +775,8 @@ bool algorithmSupports(Algorithm a, Collective c) noexcept {
     case Algorithm::Ring:
       return c == Collective::AllReduce || c == Collective::AllGather || c == Collective::ReduceScatter ||
              c == Collective::Broadcast || c == Collective::Reduce;
-    case Algorithm::RecursiveDoubling: return c == Collective::AllReduce || c == Collective::AllGather;
+    case Algorithm::RecursiveDoubling:
+      return c == Collective::AllReduce || c == Collective::AllGather || c == Collective::AllToAll;
     case Algorithm::Tree: return c == Collective::Broadcast || c == Collective::Reduce;
     case Algorithm::Direct:
       return c == Collective::AllReduce || c == Collective::AllToAll || c == Collective::Gather || c == Collective::Scatter ||
@@ -682,6 +818,11 @@ Plan recursiveDoublingPlan(Collective c, int nranks, int root, int nchannels, Pl
     PlanBuilder b(Algorithm::RecursiveDoubling, c, nranks, root, 1);
     doublingAllGather(b, nranks, placement);
     return b.finish(true, placement != Placement::InPlace);
+  }
+  if (c == Collective::AllToAll) {
+    PlanBuilder b(Algorithm::RecursiveDoubling, c, nranks, root, 1);
+    const bool validInPlace = doublingAllToAll(b, nranks, placement);
+    return b.finish(validInPlace, placement != Placement::InPlace);
   }
   return recursiveDoublingAllReduce(nranks, placement);
 }

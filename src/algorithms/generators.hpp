@@ -7,6 +7,9 @@
 //                      two first fold their data into a partner and get the result back at the end.
 //                      AllGather in ceil(log2 n) rounds, each sending all a rank holds: a pairwise exchange
 //                      with r ^ 2^k on a power of two, Bruck's doubling (to r - 2^k, from r + 2^k) elsewhere.
+//                      AllToAll in ceil(log2 n) rounds, each one message a rank carrying the blocks whose path
+//                      takes that hop (pairwise r ^ 2^k on a power of two, Bruck's r + 2^k elsewhere), packed
+//                      and unpacked through scratch: fewer messages for more copies, for sockets.
 //   halving_doubling   AllReduce as Rabenseifner's: reduce-scatter by recursive halving, then all-gather by
 //                      recursive doubling, 2 log2 n rounds moving 2 (n-1)/n of the data like the ring's
 //                      2 (n-1) steps; ranks beyond the largest power of two fold in and out as in

@@ -160,7 +160,9 @@ AlgorithmFilter AlgorithmFilter::parse(std::string_view text) {
 AlgorithmFilter::Mask AlgorithmFilter::effectiveMask(Collective c) const {
   const Entry& own = perCollective_[static_cast<size_t>(c)];
   if (own.set) return own.allowed;
-  if (global_.set && (global_.allowed & supportedMask(c)) != 0) return global_.allowed;
+  // NCCL_ALGO leaves NCCL's all-to-all, gather and scatter alone (they are its point-to-point calls); so does ours.
+  const bool pointToPoint = c == Collective::AllToAll || c == Collective::Gather || c == Collective::Scatter;
+  if (global_.set && !pointToPoint && (global_.allowed & supportedMask(c)) != 0) return global_.allowed;
   return kAllAlgorithms;
 }
 
@@ -213,6 +215,13 @@ std::vector<SelectionRow> memoryPathRows() {
           {Collective::AllGather, 3, kMemoryPathDirectMaxRanks, kDirectMaxBytes, kMemoryPathDirectAllGatherMaxBytes,
            Algorithm::Direct, 1},
           {Collective::ReduceScatter, 3, kMemoryPathDirectMaxRanks, kDirectMaxBytes, UINT64_MAX, Algorithm::Direct, 1}};
+}
+
+std::vector<SelectionRow> socketPathRows() {
+  return {{Collective::AllToAll, 4, kSocketDoublingAllToAllWideRanks - 1, 0, kSocketDoublingAllToAllMaxBytes,
+           Algorithm::RecursiveDoubling},
+          {Collective::AllToAll, kSocketDoublingAllToAllWideRanks, INT32_MAX, 0, kSocketDoublingAllToAllWideMaxBytes,
+           Algorithm::RecursiveDoubling}};
 }
 
 std::vector<SelectionRow> sharedCoreRows() {

@@ -63,6 +63,15 @@ inline constexpr int kDirectAllReduceMaxRanks = 8;  // and one host: across NICs
 inline constexpr int kSharedCoreRecursiveDoublingMinRanks = 4;
 inline constexpr int kSharedCoreRecursiveDoublingMaxRanks = kDirectAllReduceMaxRanks;
 inline constexpr uint64_t kSharedCoreRecursiveDoublingAllReduceMaxBytes = 8 << 10;
+// - Where pairs talk over sockets, AllToAll below 16 KiB or so a peer goes by recursive doubling: ceil(log2 n)
+//   messages a rank instead of n - 1, each a syscall and a trip through the stack, for log2 n / 2 of the data each
+//   way instead of (n-1)/n. Over loopback TCP (2 vCPUs, session 47) it took 0.5-0.75x direct's time on 4, 6 and 8
+//   ranks up to 64 KiB in all (and 0.55-0.85x OpenMPI's over its TCP BTL); 1.4-2x from 256 KiB, 8 ranks
+//   0.88x at 128 KiB, 6 ranks 1.07x. On 3 ranks (Bruck's two rounds in turn, direct's two messages at once)
+//   it took 1.2-1.4x. Over shared memory, where a message costs little, its chained rounds lose (4-8 ranks: 1.3-1.8x).
+inline constexpr uint64_t kSocketDoublingAllToAllMaxBytes = 64 << 10;
+inline constexpr int kSocketDoublingAllToAllWideRanks = 8;
+inline constexpr uint64_t kSocketDoublingAllToAllWideMaxBytes = 128 << 10;
 // - Hierarchical AllReduce (RS inside hosts, shards across hosts per rail, AG inside hosts) sends
 //   2 (H-1)/H S per host across the network where the flat ring sends 2 (n-1)/n S through each host's
 //   boundary rank pair, at 2 (L-1) + 2 (H-1) steps instead of 2 (n-1). From the ring's threshold up.
@@ -84,9 +93,9 @@ struct SelectionRow {
 // Names are case-insensitive: NCCL's Ring and Tree (Tree = our tree and recursive doubling),
 // ours ring, tree, rd / recursive_doubling, direct, hierarchical, hd / halving_doubling. NCCL's CollNetDirect, CollNetChain, NVLS,
 // NVLSTree and PAT are accepted but name nothing topoccl implements.
-// The list without a collective applies to every collective it leaves an algorithm for (NCCL, too,
-// does not apply it to AllToAll / Gather / Scatter); a `coll:` list must leave one, else it is an
-// error. Unknown names are errors naming the token.
+// The list without a collective applies to every collective it leaves an algorithm for, except AllToAll /
+// Gather / Scatter, which NCCL's leaves alone too (they are its point-to-point calls); a `coll:` list must
+// leave one, else it is an error. Unknown names are errors naming the token.
 class AlgorithmFilter {
  public:
   AlgorithmFilter() = default;  // allows everything
@@ -131,6 +140,8 @@ std::vector<SelectionRow> modelledRows(const std::vector<Collective>& collective
 std::vector<SelectionRow> memoryPathRows();
 // Rows that go before those when, besides, some of the host's ranks share CPUs (more ranks than cores).
 std::vector<SelectionRow> sharedCoreRows();
+// Rows that go before the defaults when some pair of ranks talks over sockets (another host, or shm turned off).
+std::vector<SelectionRow> socketPathRows();
 
 // The GPU path's protocols (NCCL's): LL moves data and flag in one word, for latency; Simple moves whole slices
 // behind one flag, for bandwidth. On the host path every protocol is the same executor.

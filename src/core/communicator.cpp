@@ -369,6 +369,8 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
   if (!socketPairs) {
     selection_->prependRows(algo::memoryPathRows());
     if (someRankSharesCores(wire)) selection_->prependRows(algo::sharedCoreRows());
+  } else {
+    selection_->prependRows(algo::socketPathRows());
   }
   loadPlanFiles();
   if (params::kTopoFuse.get()) gatherClusterTopology();

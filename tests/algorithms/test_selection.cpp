@@ -98,6 +98,9 @@ TEST_CASE("NCCL_ALGO: one list applies wherever it leaves an algorithm") {
   // doubling. Collectives with neither stay unrestricted.
   CHECK(tree.choose(Collective::AllGather, kLarge, 8) == Algorithm::RecursiveDoubling);
   CHECK(tree.choose(Collective::ReduceScatter, kLarge, 8) == Algorithm::Ring);
+  // All-to-all has recursive doubling too, but a list for every collective leaves it alone, as NCCL's does.
+  CHECK(tree.choose(Collective::AllToAll, kSmall, 8) == Algorithm::Direct);
+  CHECK(withAlgo("alltoall:tree").choose(Collective::AllToAll, kLarge, 8) == Algorithm::RecursiveDoubling);
 
   const SelectionTable ncclOnly = withAlgo("NVLS,CollNetDirect");
   CHECK(ncclOnly.choose(Collective::AllReduce, kLarge, 6) == Algorithm::Ring);
@@ -395,4 +398,30 @@ TEST_CASE("shared-core rows: 4-8 ranks sharing CPUs take recursive doubling for 
   CHECK(table.choose(Collective::AllGather, 512, 4) == Algorithm::Direct);
   table.setFilter(AlgorithmFilter::parse("allgather:rd"));
   CHECK(table.choose(Collective::AllGather, uint64_t{1} << 20, 4) == Algorithm::RecursiveDoubling);  // wherever asked
+}
+
+TEST_CASE("socket-path rows: all-to-all of 4 ranks and more below 64 KiB (8 and more: 128 KiB) by recursive doubling") {
+  SelectionTable table = SelectionTable::defaults();
+  CHECK(table.choose(Collective::AllToAll, 512, 4) == Algorithm::Direct);  // no socket pairs: not prepended
+  table.prependRows(socketPathRows());
+  for (int ranks : {4, 5, 6, 7}) {
+    for (uint64_t bytes : {uint64_t{0}, uint64_t{8}, uint64_t{4099}, (uint64_t{64} << 10) - 1})
+      CHECK(table.choose(Collective::AllToAll, bytes, ranks) == Algorithm::RecursiveDoubling);
+    CHECK(table.choose(Collective::AllToAll, uint64_t{64} << 10, ranks) == Algorithm::Direct);
+  }
+  for (int ranks : {8, 9, 16, 64}) {
+    CHECK(table.choose(Collective::AllToAll, (uint64_t{128} << 10) - 8, ranks) == Algorithm::RecursiveDoubling);
+    CHECK(table.choose(Collective::AllToAll, uint64_t{128} << 10, ranks) == Algorithm::Direct);
+  }
+  for (int ranks : {2, 3}) CHECK(table.choose(Collective::AllToAll, 8, ranks) == Algorithm::Direct);
+  CHECK(table.choose(Collective::AllToAll, 8, 8, 2) == Algorithm::RecursiveDoubling);  // across hosts too
+  CHECK(table.choose(Collective::AllReduce, uint64_t{1} << 20, 4) == Algorithm::HalvingDoubling);  // nothing else moved
+  // A per-collective NCCL_ALGO rules; a global list, as NCCL's, leaves all-to-all alone.
+  table.setFilter(AlgorithmFilter::parse("alltoall:direct"));
+  CHECK(table.choose(Collective::AllToAll, 8, 4) == Algorithm::Direct);
+  table.setFilter(AlgorithmFilter::parse("^rd"));
+  CHECK(table.choose(Collective::AllToAll, 8, 4) == Algorithm::RecursiveDoubling);
+  CHECK(table.choose(Collective::AllReduce, 8, 4) == Algorithm::Direct);
+  table.setFilter(AlgorithmFilter::parse("Tree"));
+  CHECK(table.choose(Collective::AllToAll, uint64_t{1} << 20, 4) == Algorithm::Direct);
 }

@@ -122,6 +122,33 @@ TEST_CASE("4 ranks on one host: halving-doubling all-reduce over shm and over TC
                  {{"NCCL_ALGO", "allreduce:ring"}}).failures == 0);
 }
 
+// Small all-to-all on 4+ ranks goes by recursive doubling over TCP (fewer messages) and direct over shm, where
+// the doubling's chained rounds measured slower; the matrices on 4-8 TCP ranks above run it at their small sizes.
+namespace {
+int expectAllToAllPlan(ncclComm_t comm, size_t bytes, const char* want) {
+  topocclPrediction_t p{};
+  if (topocclCommPredict(comm, "alltoall", bytes, 0, &p) != ncclSuccess) return 1;
+  return std::string(p.plan) == want ? 0 : 1;
+}
+}  // namespace
+
+TEST_CASE("all-to-all on 5 ranks: recursive doubling below 64 KiB over TCP, direct over shm and from 64 KiB") {
+  const auto expect = [](size_t bytes, const char* want) {
+    return [bytes, want](int, int, ncclComm_t c) { return expectAllToAllPlan(c, bytes, want); };
+  };
+  CHECK(runRanks(RankMode::ProcessesTcp, 5, expect(4095, "recursive_doubling")).failures == 0);
+  CHECK(runRanks(RankMode::ProcessesTcp, 5, expect(64 << 10, "direct")).failures == 0);
+  CHECK(runRanks(RankMode::ProcessesShm, 5, expect(4095, "direct")).failures == 0);
+  CHECK(runRanks(RankMode::ProcessesTcp, 5, expect(4095, "direct"), {{"NCCL_ALGO", "alltoall:direct"}}).failures == 0);
+}
+
+// Recursive-doubling all-to-all forced at every size: the pairwise hypercube on 8 ranks, Bruck's on 6, in and out
+// of place, through the executor over shm and the local transport.
+TEST_CASE("every collective with NCCL_ALGO=alltoall:rd on shm processes with 6 ranks and threads with 8") {
+  runMatrix(RankMode::ProcessesShm, 6, false, {{"NCCL_ALGO", "alltoall:rd"}});
+  runMatrix(RankMode::Threads, 8, false, {{"NCCL_ALGO", "alltoall:rd"}});
+}
+
 // In-place all-to-all receives each peer's block into the very block it is sending that peer. The executor
 // lands a slice in a bounce slot while its own send of that slice is unread and copies it over afterwards;
 // blocks of 16+ slices reuse every slot several times. Values are a hash of (seed, sender, index), so each
