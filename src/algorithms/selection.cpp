@@ -218,7 +218,10 @@ std::vector<SelectionRow> memoryPathRows() {
 }
 
 std::vector<SelectionRow> socketPathRows() {
-  return {{Collective::AllToAll, 4, kSocketDoublingAllToAllWideRanks - 1, 0, kSocketDoublingAllToAllMaxBytes,
+  return {{Collective::AllReduce, kSocketDoublingMinRanks, INT32_MAX, 0, kRecursiveDoublingMaxBytes, Algorithm::RecursiveDoubling},
+          {Collective::AllGather, kSocketDoublingMinRanks, INT32_MAX, 0, kSocketDoublingAllGatherMaxBytes,
+           Algorithm::RecursiveDoubling},
+          {Collective::AllToAll, kSocketDoublingMinRanks, kSocketDoublingAllToAllWideRanks - 1, 0, kSocketDoublingAllToAllMaxBytes,
            Algorithm::RecursiveDoubling},
           {Collective::AllToAll, kSocketDoublingAllToAllWideRanks, INT32_MAX, 0, kSocketDoublingAllToAllWideMaxBytes,
            Algorithm::RecursiveDoubling}};

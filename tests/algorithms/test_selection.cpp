@@ -400,7 +400,7 @@ TEST_CASE("shared-core rows: 4-8 ranks sharing CPUs take recursive doubling for 
   CHECK(table.choose(Collective::AllGather, uint64_t{1} << 20, 4) == Algorithm::RecursiveDoubling);  // wherever asked
 }
 
-TEST_CASE("socket-path rows: all-to-all of 4 ranks and more below 64 KiB (8 and more: 128 KiB) by recursive doubling") {
+TEST_CASE("socket-path rows: 4 ranks and more take recursive doubling for small all-to-all, all-reduce and all-gather") {
   SelectionTable table = SelectionTable::defaults();
   CHECK(table.choose(Collective::AllToAll, 512, 4) == Algorithm::Direct);  // no socket pairs: not prepended
   table.prependRows(socketPathRows());
@@ -415,6 +415,19 @@ TEST_CASE("socket-path rows: all-to-all of 4 ranks and more below 64 KiB (8 and 
   }
   for (int ranks : {2, 3}) CHECK(table.choose(Collective::AllToAll, 8, ranks) == Algorithm::Direct);
   CHECK(table.choose(Collective::AllToAll, 8, 8, 2) == Algorithm::RecursiveDoubling);  // across hosts too
+  // All-reduce below 64 KiB and all-gather below 1 MiB likewise, from 4 ranks; 3 keep direct.
+  for (int ranks : {4, 5, 6, 8, 9}) {
+    for (uint64_t bytes : {uint64_t{0}, uint64_t{8}, (uint64_t{64} << 10) - 4}) {
+      CHECK(table.choose(Collective::AllReduce, bytes, ranks) == Algorithm::RecursiveDoubling);
+      CHECK(table.choose(Collective::AllGather, bytes, ranks) == Algorithm::RecursiveDoubling);
+    }
+    CHECK(table.choose(Collective::AllGather, (uint64_t{1} << 20) - 4, ranks) == Algorithm::RecursiveDoubling);
+    CHECK(table.choose(Collective::AllGather, uint64_t{1} << 20, ranks) == Algorithm::Ring);
+    CHECK(table.choose(Collective::ReduceScatter, 512, ranks) == Algorithm::Direct);
+  }
+  CHECK(table.choose(Collective::AllReduce, 8, 3) == Algorithm::Direct);
+  CHECK(table.choose(Collective::AllGather, 8, 3) == Algorithm::Direct);
+  CHECK(table.choose(Collective::AllReduce, uint64_t{64} << 10, 6) == Algorithm::Ring);
   CHECK(table.choose(Collective::AllReduce, uint64_t{1} << 20, 4) == Algorithm::HalvingDoubling);  // nothing else moved
   // A per-collective NCCL_ALGO rules; a global list, as NCCL's, leaves all-to-all alone.
   table.setFilter(AlgorithmFilter::parse("alltoall:direct"));
@@ -422,6 +435,7 @@ TEST_CASE("socket-path rows: all-to-all of 4 ranks and more below 64 KiB (8 and 
   table.setFilter(AlgorithmFilter::parse("^rd"));
   CHECK(table.choose(Collective::AllToAll, 8, 4) == Algorithm::RecursiveDoubling);
   CHECK(table.choose(Collective::AllReduce, 8, 4) == Algorithm::Direct);
+  CHECK(table.choose(Collective::AllGather, 8, 4) == Algorithm::Direct);
   table.setFilter(AlgorithmFilter::parse("Tree"));
   CHECK(table.choose(Collective::AllToAll, uint64_t{1} << 20, 4) == Algorithm::Direct);
 }

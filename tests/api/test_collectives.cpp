@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 using namespace topoccl::test;
@@ -122,24 +124,38 @@ TEST_CASE("4 ranks on one host: halving-doubling all-reduce over shm and over TC
                  {{"NCCL_ALGO", "allreduce:ring"}}).failures == 0);
 }
 
-// Small all-to-all on 4+ ranks goes by recursive doubling over TCP (fewer messages) and direct over shm, where
-// the doubling's chained rounds measured slower; the matrices on 4-8 TCP ranks above run it at their small sizes.
+// Small all-to-all, all-reduce and all-gather on 4+ ranks go by recursive doubling over TCP (fewer messages) and
+// direct over shm, where the doubling's chained rounds measured slower; the matrices on 4-8 TCP ranks above run them
+// at their small sizes.
 namespace {
-int expectAllToAllPlan(ncclComm_t comm, size_t bytes, const char* want) {
+int expectPlanAt(ncclComm_t comm, const char* collective, size_t bytes, const char* want) {
   topocclPrediction_t p{};
-  if (topocclCommPredict(comm, "alltoall", bytes, 0, &p) != ncclSuccess) return 1;
-  return std::string(p.plan) == want ? 0 : 1;
+  if (topocclCommPredict(comm, collective, bytes, 0, &p) != ncclSuccess) return 1;
+  if (std::string(p.plan) == want) return 0;
+  std::fprintf(stderr, "%s at %zu B: plan %s, expected %s\n", collective, bytes, p.plan, want);
+  return 1;
 }
 }  // namespace
 
-TEST_CASE("all-to-all on 5 ranks: recursive doubling below 64 KiB over TCP, direct over shm and from 64 KiB") {
-  const auto expect = [](size_t bytes, const char* want) {
-    return [bytes, want](int, int, ncclComm_t c) { return expectAllToAllPlan(c, bytes, want); };
+TEST_CASE("small collectives on 5 ranks: recursive doubling over TCP, direct over shm and when NCCL_ALGO says so") {
+  const auto expect = [](std::vector<std::tuple<const char*, size_t, const char*>> wants) {
+    return [wants](int, int, ncclComm_t c) {
+      int failures = 0;
+      for (const auto& [collective, bytes, want] : wants) failures += expectPlanAt(c, collective, bytes, want);
+      return failures;
+    };
   };
-  CHECK(runRanks(RankMode::ProcessesTcp, 5, expect(4095, "recursive_doubling")).failures == 0);
-  CHECK(runRanks(RankMode::ProcessesTcp, 5, expect(64 << 10, "direct")).failures == 0);
-  CHECK(runRanks(RankMode::ProcessesShm, 5, expect(4095, "direct")).failures == 0);
-  CHECK(runRanks(RankMode::ProcessesTcp, 5, expect(4095, "direct"), {{"NCCL_ALGO", "alltoall:direct"}}).failures == 0);
+  CHECK(runRanks(RankMode::ProcessesTcp, 5,
+                 expect({{"alltoall", 4095, "recursive_doubling"}, {"alltoall", 64 << 10, "direct"},
+                         {"allreduce", 8, "recursive_doubling"}, {"allgather", 512 << 10, "recursive_doubling"},
+                         {"allgather", 1 << 20, "ring"}}))
+            .failures == 0);
+  CHECK(runRanks(RankMode::ProcessesShm, 5,
+                 expect({{"alltoall", 4095, "direct"}, {"allreduce", 16 << 10, "direct"}, {"allgather", 512, "direct"}}))
+            .failures == 0);
+  CHECK(runRanks(RankMode::ProcessesTcp, 5, expect({{"alltoall", 4095, "direct"}, {"allreduce", 8, "direct"}}),
+                 {{"NCCL_ALGO", "alltoall:direct;allreduce:direct"}})
+            .failures == 0);
 }
 
 // Recursive-doubling all-to-all forced at every size: the pairwise hypercube on 8 ranks, Bruck's on 6, in and out
