@@ -384,6 +384,68 @@ Plan halvingDoublingAllReduce(int n) {
   return b.finish(true, true);
 }
 
+// Reduce-scatter by recursive halving, the first half of the all-reduce above: in round d a rank sends the partial
+// sums of half the blocks it still reduces to the rank 2^(rounds-1-d) away and adds that rank's sums of the other
+// half into its own, ending with block r summed. Ranks r >= core first send their whole input to r - core, which
+// adds it; its halving then carries block g + core beside block g (a second message where it exists), and at the
+// end it sends block r + core to that rank.
+void halvingReduceScatter(PlanBuilder& b, int n) {
+  const int core = static_cast<int>(std::bit_floor(static_cast<unsigned>(n)));
+  const int rounds = std::countr_zero(static_cast<unsigned>(core));
+  const auto blocks = static_cast<uint32_t>(n);
+  // Blocks [lo, lo + len) and, where ranks beyond the core own them, the same span `core` further on.
+  const auto pieces = [&](uint32_t lo, uint32_t len) {
+    std::vector<std::pair<uint32_t, uint32_t>> spans{{lo, len}};
+    const uint32_t far = lo + static_cast<uint32_t>(core);
+    if (far < blocks) spans.emplace_back(far, std::min(len, blocks - far));
+    return spans;
+  };
+  for (int r = 0; r < n; ++r) {
+    if (r >= core) {
+      const uint16_t lane = b.addLane(r, r - core, r - core);
+      b.add(r, lane, send(input(0, blocks)));
+      b.add(r, lane, recv(output(0)));
+      continue;
+    }
+    const int extra = r + core;
+    const bool folded = extra < n;
+    std::optional<StepRef> ready;
+    BufferId current = BufferId::Input;
+    uint16_t foldLane = 0;
+    const auto afterReady = [&](Step step, uint16_t lane) {
+      return ready && ready->lane == lane ? step : after(std::move(step), ready);
+    };
+    if (folded) {
+      foldLane = b.addLane(r, extra, extra);
+      ready = b.add(r, foldLane, recvReduceCopy(input(0, blocks), scratch(0, blocks)));
+      current = BufferId::Scratch;
+    }
+    b.useScratch(blocks);
+    uint32_t lo = 0, len = static_cast<uint32_t>(core);
+    for (int d = 0; d < rounds; ++d) {
+      const int distance = core >> (d + 1);
+      const int partner = r ^ distance;
+      const uint16_t lane = b.addLane(r, partner, partner);
+      len /= 2;
+      const bool keepUpper = (r & distance) != 0;
+      const uint32_t keep = keepUpper ? lo + len : lo, give = keepUpper ? lo : lo + len;
+      bool first = true;
+      for (const auto& [at, count] : pieces(give, len)) {
+        b.add(r, lane, first ? afterReady(send({current, at, count}), lane) : send({current, at, count}));
+        first = false;
+      }
+      const bool last = d == rounds - 1;
+      for (const auto& [at, count] : pieces(keep, len)) {
+        const ChunkRange into = last && at == static_cast<uint32_t>(r) ? output(0) : scratch(at, count);
+        ready = b.add(r, lane, recvReduceCopy({current, at, count}, into));
+      }
+      lo = keep;
+      current = BufferId::Scratch;
+    }
+    if (folded) b.add(r, foldLane, afterReady(send(scratch(static_cast<uint32_t>(extra))), foldLane));
+  }
+}
+
 // ---- binomial trees -------------------------------------------------------------------------
 
 int lowestBit(int v) { return v & -v; }
@@ -514,13 +576,10 @@ void directAllToAll(PlanBuilder& b, int n, int nchannels, bool staged, Placement
 // scratch: the output blocks that receives write are input blocks still to be sent.
 // Returns whether the plan is also valid in place.
 bool doublingAllToAll(PlanBuilder& b, int n, Placement placement) {
-  struct Held {
-    ChunkRange at;
-  };
   using Item = std::pair<int, int>;  // (source, destination)
   const bool pairwise = std::has_single_bit(static_cast<unsigned>(n));
   const bool staged = placement != Placement::OutOfPlace;
-  std::vector<std::map<Item, Held>> held(static_cast<size_t>(n));
+  std::vector<std::map<Item, ChunkRange>> held(static_cast<size_t>(n));  // where each rank holds each item
   std::vector<uint32_t> scratchUsed(static_cast<size_t>(n), staged ? static_cast<uint32_t>(n) : 0);
   std::vector<std::optional<StepRef>> previousRound(static_cast<size_t>(n));
   // In place, output block s is input block s: a write into it must not come before this rank's block for s is
@@ -541,7 +600,7 @@ bool doublingAllToAll(PlanBuilder& b, int n, Placement placement) {
     for (int d = 0; d < n; ++d) {
       if (d == r) continue;
       const auto block = static_cast<uint32_t>(d);
-      held[static_cast<size_t>(r)][{r, d}] = {staged ? scratch(block) : input(block)};
+      held[static_cast<size_t>(r)][{r, d}] = staged ? scratch(block) : input(block);
     }
     if (placement != Placement::InPlace) {
       b.add(r, b.addLane(r, -1, -1), copy(input(static_cast<uint32_t>(r)), output(static_cast<uint32_t>(r))));
@@ -567,7 +626,7 @@ bool doublingAllToAll(PlanBuilder& b, int n, Placement placement) {
       std::sort(outgoing[static_cast<size_t>(r)].begin(), outgoing[static_cast<size_t>(r)].end(),
                 [](const Item& x, const Item& y) { return std::pair(x.second, x.first) < std::pair(y.second, y.first); });
     }
-    std::vector<std::map<Item, Held>> next = held;
+    std::vector<std::map<Item, ChunkRange>> next = held;
     for (int r = 0; r < n; ++r) {
       const int to = pairwise ? r ^ distance : mod(r + distance, n);
       const int from = pairwise ? r ^ distance : mod(r - distance, n);
@@ -579,10 +638,10 @@ bool doublingAllToAll(PlanBuilder& b, int n, Placement placement) {
       // Send: straight from where the items lie when they lie in order in one buffer, else packed.
       const std::vector<Item>& mine = outgoing[static_cast<size_t>(r)];
       auto& holds = held[static_cast<size_t>(r)];
-      const ChunkRange first = holds.at(mine.front()).at;
+      const ChunkRange first = holds.at(mine.front());
       bool inOrder = true;
       for (size_t j = 0; j < mine.size(); ++j) {
-        const ChunkRange at = holds.at(mine[j]).at;
+        const ChunkRange at = holds.at(mine[j]);
         inOrder = inOrder && at.buffer == first.buffer && at.offset == first.offset + j;
       }
       const auto count = static_cast<uint32_t>(mine.size());
@@ -591,7 +650,7 @@ bool doublingAllToAll(PlanBuilder& b, int n, Placement placement) {
       } else {
         const uint32_t pack = takeScratch(r, mine.size());
         for (size_t j = 0; j < mine.size(); ++j) {
-          b.add(r, lane, after(copy(holds.at(mine[j]).at, scratch(pack + static_cast<uint32_t>(j))), j == 0 ? wait : std::nullopt));
+          b.add(r, lane, after(copy(holds.at(mine[j]), scratch(pack + static_cast<uint32_t>(j))), j == 0 ? wait : std::nullopt));
         }
         b.add(r, lane, send(scratch(pack, count)));
       }
@@ -620,7 +679,7 @@ bool doublingAllToAll(PlanBuilder& b, int n, Placement placement) {
           outputWrites.push_back({r, theirs[j].first, round, false});
           last = b.add(r, lane, copy(at, output(static_cast<uint32_t>(theirs[j].first))));
         } else {
-          next[static_cast<size_t>(r)][theirs[j]] = {at};
+          next[static_cast<size_t>(r)][theirs[j]] = at;
         }
       }
       previousRound[static_cast<size_t>(r)] = last;
@@ -782,7 +841,7 @@ bool algorithmSupports(Algorithm a, Collective c) noexcept {
       return c == Collective::AllReduce || c == Collective::AllToAll || c == Collective::Gather || c == Collective::Scatter ||
              c == Collective::AllGather || c == Collective::ReduceScatter || c == Collective::Broadcast;
     case Algorithm::Hierarchical: return c == Collective::AllReduce;
-    case Algorithm::HalvingDoubling: return c == Collective::AllReduce;
+    case Algorithm::HalvingDoubling: return c == Collective::AllReduce || c == Collective::ReduceScatter;
   }
   return false;
 }
@@ -830,6 +889,11 @@ Plan recursiveDoublingPlan(Collective c, int nranks, int root, int nchannels, Pl
 Plan halvingDoublingPlan(Collective c, int nranks, int root, int nchannels, Placement placement) {
   checkArguments(Algorithm::HalvingDoubling, c, nranks, root, nchannels);
   if (nranks == 1) return singleRankPlan(Algorithm::HalvingDoubling, c, placement);
+  if (c == Collective::ReduceScatter) {
+    PlanBuilder b(Algorithm::HalvingDoubling, c, nranks, root, 1);
+    halvingReduceScatter(b, nranks);
+    return b.finish(true, true);
+  }
   return halvingDoublingAllReduce(nranks);
 }
 

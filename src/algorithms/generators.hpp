@@ -14,6 +14,8 @@
 //                      recursive doubling, 2 log2 n rounds moving 2 (n-1)/n of the data like the ring's
 //                      2 (n-1) steps; ranks beyond the largest power of two fold in and out as in
 //                      recursive_doubling. OpenMPI's choice at 1-4 MiB; here 1.5x the ring over TCP.
+//                      ReduceScatter as that first half alone, ranks beyond the power of two folding in first
+//                      and getting their block at the end.
 //   tree               binomial-tree Broadcast and Reduce (log2 n hops, for small messages).
 //   direct             AllToAll, Gather, Scatter, AllGather, ReduceScatter: every pair talks directly.
 // Ring and direct all-to-all use nchannels (a lane per channel, or per peer and channel); the others are

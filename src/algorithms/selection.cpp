@@ -221,6 +221,8 @@ std::vector<SelectionRow> socketPathRows() {
   return {{Collective::AllReduce, kSocketDoublingMinRanks, INT32_MAX, 0, kRecursiveDoublingMaxBytes, Algorithm::RecursiveDoubling},
           {Collective::AllGather, kSocketDoublingMinRanks, INT32_MAX, 0, kSocketDoublingAllGatherMaxBytes,
            Algorithm::RecursiveDoubling},
+          {Collective::ReduceScatter, kSocketDoublingMinRanks, INT32_MAX, 0, kSocketHalvingReduceScatterMaxBytes,
+           Algorithm::HalvingDoubling},
           {Collective::AllToAll, kSocketDoublingMinRanks, kSocketDoublingAllToAllWideRanks - 1, 0, kSocketDoublingAllToAllMaxBytes,
            Algorithm::RecursiveDoubling},
           {Collective::AllToAll, kSocketDoublingAllToAllWideRanks, INT32_MAX, 0, kSocketDoublingAllToAllWideMaxBytes,

@@ -63,18 +63,22 @@ inline constexpr int kDirectAllReduceMaxRanks = 8;  // and one host: across NICs
 inline constexpr int kSharedCoreRecursiveDoublingMinRanks = 4;
 inline constexpr int kSharedCoreRecursiveDoublingMaxRanks = kDirectAllReduceMaxRanks;
 inline constexpr uint64_t kSharedCoreRecursiveDoublingAllReduceMaxBytes = 8 << 10;
-// - Where pairs talk over sockets, 4 ranks and more take recursive doubling's ceil(log2 n) messages a rank where direct
-//   sends n - 1, each a syscall and a trip through the stack (socketPathRows). Over loopback TCP (2 vCPUs, 4-8 ranks,
+// - Where pairs talk over sockets, 4 ranks and more take recursive doubling's (or halving's) ceil(log2 n) messages a
+//   rank where direct sends n - 1, each a syscall and a trip through the stack (socketPathRows). Over loopback TCP (2 vCPUs, 4-8 ranks,
 //   session 47, perf/RESULTS.md):
 //   - AllReduce below 64 KiB: 0.45-0.8x direct's time (direct stays first on 3 ranks, where recursive doubling folds).
 //   - AllGather below 1 MiB: 0.45-0.85x direct's time below 64 KiB and 0.6-0.9x the ring's above; at 4-16 MiB the
 //     two are level within noise, so the ring keeps them. On 3 ranks (Bruck's) direct stays ahead.
+//   - ReduceScatter by recursive halving below 4 MiB: 0.75-0.92x direct's time on 4 ranks, 0.43-0.6x on 6 and 0.6-0.8x
+//     on 8 up to 1 MiB, where the ring took as long as direct; from 4 MiB halving and the ring are level within
+//     noise. On 3 ranks it measured no better than direct or the ring.
 //   - AllToAll below 16 KiB or so a peer, for log2 n / 2 of the data each way instead of (n-1)/n: 0.5-0.75x direct's
 //     time up to 64 KiB in all (and 0.55-0.85x OpenMPI's over its TCP BTL); 1.4-2x from 256 KiB; at 128 KiB, 0.88x
 //     on 8 ranks, 1.07x on 6. On 3 ranks (Bruck's two rounds in turn, direct's two messages at once) 1.2-1.4x. Over
 //     shared memory, where a message costs little, its chained rounds lose (4-8 ranks: 1.3-1.8x).
 inline constexpr int kSocketDoublingMinRanks = 4;
 inline constexpr uint64_t kSocketDoublingAllGatherMaxBytes = 1 << 20;
+inline constexpr uint64_t kSocketHalvingReduceScatterMaxBytes = 4 << 20;
 inline constexpr uint64_t kSocketDoublingAllToAllMaxBytes = 64 << 10;
 inline constexpr int kSocketDoublingAllToAllWideRanks = 8;
 inline constexpr uint64_t kSocketDoublingAllToAllWideMaxBytes = 128 << 10;

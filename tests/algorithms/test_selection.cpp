@@ -400,7 +400,7 @@ TEST_CASE("shared-core rows: 4-8 ranks sharing CPUs take recursive doubling for 
   CHECK(table.choose(Collective::AllGather, uint64_t{1} << 20, 4) == Algorithm::RecursiveDoubling);  // wherever asked
 }
 
-TEST_CASE("socket-path rows: 4 ranks and more take recursive doubling for small all-to-all, all-reduce and all-gather") {
+TEST_CASE("socket-path rows: 4 ranks and more take log2 n rounds for small all-to-all, all-reduce, all-gather, reduce-scatter") {
   SelectionTable table = SelectionTable::defaults();
   CHECK(table.choose(Collective::AllToAll, 512, 4) == Algorithm::Direct);  // no socket pairs: not prepended
   table.prependRows(socketPathRows());
@@ -423,8 +423,11 @@ TEST_CASE("socket-path rows: 4 ranks and more take recursive doubling for small 
     }
     CHECK(table.choose(Collective::AllGather, (uint64_t{1} << 20) - 4, ranks) == Algorithm::RecursiveDoubling);
     CHECK(table.choose(Collective::AllGather, uint64_t{1} << 20, ranks) == Algorithm::Ring);
-    CHECK(table.choose(Collective::ReduceScatter, 512, ranks) == Algorithm::Direct);
+    CHECK(table.choose(Collective::ReduceScatter, 512, ranks) == Algorithm::HalvingDoubling);
+    CHECK(table.choose(Collective::ReduceScatter, (uint64_t{4} << 20) - 8, ranks) == Algorithm::HalvingDoubling);
+    CHECK(table.choose(Collective::ReduceScatter, uint64_t{4} << 20, ranks) == Algorithm::Ring);
   }
+  CHECK(table.choose(Collective::ReduceScatter, 512, 3) == Algorithm::Direct);
   CHECK(table.choose(Collective::AllReduce, 8, 3) == Algorithm::Direct);
   CHECK(table.choose(Collective::AllGather, 8, 3) == Algorithm::Direct);
   CHECK(table.choose(Collective::AllReduce, uint64_t{64} << 10, 6) == Algorithm::Ring);

@@ -124,7 +124,7 @@ TEST_CASE("4 ranks on one host: halving-doubling all-reduce over shm and over TC
                  {{"NCCL_ALGO", "allreduce:ring"}}).failures == 0);
 }
 
-// Small all-to-all, all-reduce and all-gather on 4+ ranks go by recursive doubling over TCP (fewer messages) and
+// Small all-to-all, all-reduce, all-gather and reduce-scatter on 4+ ranks take log2 n rounds over TCP (fewer messages) and
 // direct over shm, where the doubling's chained rounds measured slower; the matrices on 4-8 TCP ranks above run them
 // at their small sizes.
 namespace {
@@ -148,7 +148,7 @@ TEST_CASE("small collectives on 5 ranks: recursive doubling over TCP, direct ove
   CHECK(runRanks(RankMode::ProcessesTcp, 5,
                  expect({{"alltoall", 4095, "recursive_doubling"}, {"alltoall", 64 << 10, "direct"},
                          {"allreduce", 8, "recursive_doubling"}, {"allgather", 512 << 10, "recursive_doubling"},
-                         {"allgather", 1 << 20, "ring"}}))
+                         {"allgather", 1 << 20, "ring"}, {"reducescatter", 8 << 10, "halving_doubling"}}))
             .failures == 0);
   CHECK(runRanks(RankMode::ProcessesShm, 5,
                  expect({{"alltoall", 4095, "direct"}, {"allreduce", 16 << 10, "direct"}, {"allgather", 512, "direct"}}))
@@ -158,11 +158,11 @@ TEST_CASE("small collectives on 5 ranks: recursive doubling over TCP, direct ove
             .failures == 0);
 }
 
-// Recursive-doubling all-to-all forced at every size: the pairwise hypercube on 8 ranks, Bruck's on 6, in and out
-// of place, through the executor over shm and the local transport.
-TEST_CASE("every collective with NCCL_ALGO=alltoall:rd on shm processes with 6 ranks and threads with 8") {
-  runMatrix(RankMode::ProcessesShm, 6, false, {{"NCCL_ALGO", "alltoall:rd"}});
-  runMatrix(RankMode::Threads, 8, false, {{"NCCL_ALGO", "alltoall:rd"}});
+// Recursive-doubling all-to-all and halving reduce-scatter forced at every size: the pairwise hypercube on 8 ranks,
+// Bruck's and the halving's fold on 6, in and out of place, through the executor over shm and the local transport.
+TEST_CASE("every collective with NCCL_ALGO=alltoall:rd;reducescatter:hd on shm processes with 6 ranks and threads with 8") {
+  runMatrix(RankMode::ProcessesShm, 6, false, {{"NCCL_ALGO", "alltoall:rd;reducescatter:hd"}});
+  runMatrix(RankMode::Threads, 8, false, {{"NCCL_ALGO", "alltoall:rd;reducescatter:hd"}});
 }
 
 // In-place all-to-all receives each peer's block into the very block it is sending that peer. The executor
