@@ -82,7 +82,14 @@ inline const Param<bool> kFutexWaitv{"TOPOCCL_FUTEX_WAITV", true,
 inline const Param<int64_t> kStreamingStoresBytes{
     "TOPOCCL_STREAMING_STORES_BYTES", 0,
     "Copies write around the caches (non-temporal stores) when an operation's buffers, times the ranks on the "
-    "machine, reach this many bytes; 0: 1.5 x the last-level cache; negative: never"};
+    "machine, reach this many bytes; 0: 1.5 x the last-level cache; negative: never. Set, it also fixes the choice "
+    "that TOPOCCL_COPY_TUNING_BYTES would time"};
+inline const Param<int64_t> kCopyTuningBytes{
+    "TOPOCCL_COPY_TUNING_BYTES", 0,
+    "From this footprint (as TOPOCCL_STREAMING_STORES_BYTES counts it) up, out-of-place calls of an operation without "
+    "a reduction time their cached copies against streaming stores now and then and copy with the faster (per plan "
+    "and size); "
+    "0: half the last-level cache, unless TOPOCCL_STREAMING_STORES_BYTES is set; negative: never"};
 inline const Param<bool> kBulkCopy{"TOPOCCL_BULK_COPY", true,
                                   "Copies inside the caches use the CPU's string copy (x86-64 rep movsb, on CPUs with ERMS) "
                                   "from 4 KiB, instead of memcpy"};

@@ -438,6 +438,11 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
   else if (streaming < 0) streamingThreshold_ = UINT64_MAX;
   else if (const size_t cache = kernels::lastLevelCacheBytes(); cache > 0) streamingThreshold_ = 3 * static_cast<uint64_t>(cache) / 2;
   else streamingThreshold_ = 48ull << 20;
+  // Left to us, from half the cache on, each shape's calls time both kernels and take the faster
+  // (CopyTuner): the static rule was 2x off either way on one VM kind from one session to the next.
+  const int64_t tuning = params::kCopyTuningBytes.get();
+  if (tuning > 0) copyTuningFrom_ = static_cast<uint64_t>(tuning);
+  else if (tuning == 0 && streaming == 0) copyTuningFrom_ = streamingThreshold_ / 3;
   bulkCopy_ = params::kBulkCopy.get() && kernels::bulkCopyUsesStringCopy();
   const int64_t copyOut = params::kShmCopyOutBytes.get();
   if (copyOut < -1) throwInvalidArgument(std::string(params::kShmCopyOutBytes.name()) + "=" + std::to_string(copyOut) + " must be >= -1");
@@ -447,13 +452,17 @@ void Communicator::initialize(const bootstrap::UniqueId& id) {
     std::ostringstream routes;
     for (int r = 0; r < nranks_; ++r)
       if (r != rank_) routes << " " << r << ":" << transportFor(r).name();
-    const std::string streamingFrom =
+    std::string streamingFrom =
         streamingThreshold_ == UINT64_MAX
             ? std::string("never")
             : std::to_string(streamingThreshold_ >> 20) + " MiB (into bytes a peer has just read: " +
                   (streamingThreshold_ > UINT64_MAX / kSentBytesCachedFootprints
                        ? std::string("never")
                        : std::to_string((streamingThreshold_ * kSentBytesCachedFootprints) >> 20) + " MiB") + ")";
+    if (copyTuningFrom_ != UINT64_MAX)
+      streamingFrom += ", and out of place from " + std::to_string(copyTuningFrom_ >> 20) +
+                       " MiB where timed faster per call shape (" + params::kCopyTuningBytes.name() + "=-1 or " +
+                       params::kStreamingStoresBytes.name() + "=N: never timed)";
     const char* readEarly = sendRule_.readEarlyBelow > 0 ? "sends with receives to follow read in place from 8 KiB"
                                                          : "other sends as the transport decides";
     TOPOCCL_INFO(log::kInit,
@@ -1217,8 +1226,19 @@ std::unique_ptr<Execution> Communicator::buildCollective(const CollectiveArgs& a
   // (4-rank in-place all-to-all at 16 MiB: 3.0 ms cached against 4.0 streaming; at 128 MiB, past the bound, 34.3
   // against 30.9; perf/RESULTS.md, session 41).
   const bool sentBytesCached = footprint / kSentBytesCachedFootprints < streamingThreshold_;
-  execution->setCopy(streaming ? &kernels::streamingCopy : cachedCopy,
-                     streaming && !sentBytesCached ? &kernels::streamingCopy : cachedCopy);
+  // Timed out of place only: in place, where receives land in bytes just sent, timing picked the slower kernel
+  // as often as not (perf/RESULTS.md, session 48).
+  // Past the static threshold streaming stays: there it was as fast as timing's choice or faster, which paid
+  // for its trials (perf/RESULTS.md, session 48).
+  const bool tuned = reduce == nullptr && !inPlace && footprint >= copyTuningFrom_ && footprint < streamingThreshold_;
+  const transport::CopyFn sentBytesStreaming = !sentBytesCached ? &kernels::streamingCopy : cachedCopy;
+  const transport::CopyFn timedCached = bulkCopy_ ? &timedCachedCopy : &timedMemcpy;
+  if (tuned)
+    execution->setCopyChoices({timedCached, timedCached}, {&timedStreamingCopy, &timedStreamingCopy},
+                              streaming ? CopyKernel::Streaming : CopyKernel::Cached, CopyTuner::Shape{&plan, blockBytes});
+  else
+    execution->setCopyChoices({cachedCopy, cachedCopy}, {&kernels::streamingCopy, sentBytesStreaming},
+                              streaming ? CopyKernel::Streaming : CopyKernel::Cached, std::nullopt);
   return execution;
 }
 
@@ -1297,6 +1317,29 @@ void Communicator::runGroup(std::vector<Operation>& operations) {
   runGroupLists();
 }
 
+void Communicator::chooseCopies(Execution& execution) {
+  copyTicket_ = {};
+  if (!execution.tunedShape()) return;
+  copyTicket_ = copyTuner_.begin(*execution.tunedShape(), execution.fallbackCopy());
+  execution.useCopy(copyTicket_.kernel);
+  copyStarted_ = copyNanoseconds();
+}
+
+void Communicator::timedCopies(const Execution& execution) {
+  const double elapsed = static_cast<double>(copyNanoseconds() - copyStarted_);
+  const CopyTuner::Estimate* before = copyTuner_.estimate(copyTicket_.shape);
+  const CopyKernel was = before ? before->preferred : copyTicket_.kernel;
+  const bool wasChoosing = before && (before->samples[0] < CopyTuner::kFirstSamples || before->samples[1] < CopyTuner::kFirstSamples);
+  copyTuner_.finish(copyTicket_, elapsed);
+  copyTicket_.timed = false;
+  const CopyTuner::Estimate* now = copyTuner_.estimate(copyTicket_.shape);
+  const bool firstChoice = wasChoosing && now && now->samples[0] >= CopyTuner::kFirstSamples && now->samples[1] >= CopyTuner::kFirstSamples;
+  if (now && (firstChoice || now->preferred != was) && log::enabled(log::Level::Info, log::kTuning))
+    TOPOCCL_INFO(log::kTuning, "comm %s rank %d: %s copies with %s (call %llu: %.0f us cached, %.0f us streaming stores)",
+                 options_.name.c_str(), rank_, execution.operation().c_str(), copyKernelName(now->preferred),
+                 static_cast<unsigned long long>(now->calls), now->nanoseconds(CopyKernel::Cached) / 1e3, now->nanoseconds(CopyKernel::Streaming) / 1e3);
+}
+
 void Communicator::startGroupLists() {
   transport::disarm(armedBells_);  // left armed by an error in the last call
   GroupProgress& g = group_;
@@ -1305,6 +1348,7 @@ void Communicator::startGroupLists() {
   // call order, which every rank shares, so their connections never interleave.
   g.pointToPoint = groupPointToPoint_.empty() ? nullptr : buildPointToPoint(groupPointToPoint_);
   g.current.reset();
+  copyTicket_ = {};
   g.next = 0;
   g.loops = 0;
   g.idle = 0;
@@ -1324,8 +1368,10 @@ bool Communicator::advanceGroup(bool& moved) {
   while (!g.current && g.next < collectives.size()) {
     g.current = buildCollective(*collectives[g.next++], after);
     if (!g.current) runAfter();  // nothing to move (zero count)
+    else chooseCopies(*g.current);
   }
   if (g.current && g.current->progress()) {
+    if (copyTicket_.timed) timedCopies(*g.current);
     spareExecution_ = std::move(g.current);  // buildCollective may reuse it for the next identical call
     if (!builtFromSpareCall_) {
       spareKey_ = builtKey_;

@@ -211,6 +211,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // timeout_.
   void startGroupLists();
   bool advanceGroup(bool& moved);
+  // The copy kernel of a collective about to run (CopyTuner, for shapes it times), and the time it took.
+  void chooseCopies(Execution& execution);
+  void timedCopies(const Execution& execution);
   void checkStall();
   // Arms the doorbells of every connection the executions wait on; false (and nothing armed) when one of
   // them cannot be slept on that way or none waits.
@@ -319,6 +322,10 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   unsigned idleBeforeSleep_ = 8192;  // idle loops before sleeping on doorbells when every connection has them
   size_t machineRanks_ = 1;                  // ranks of this communicator sharing this machine's cores and caches
   uint64_t streamingThreshold_ = UINT64_MAX;  // footprint from which copies use streaming stores
+  uint64_t copyTuningFrom_ = UINT64_MAX;      // footprint from which copies are timed both ways (CopyTuner)
+  CopyTuner copyTuner_;
+  CopyTuner::Ticket copyTicket_;  // the running collective's
+  uint64_t copyStarted_ = 0;      // copyNanoseconds() when it began
   // In place, receives into bytes a peer has just read stream only from this many times that footprint.
   static constexpr uint64_t kSentBytesCachedFootprints = 4;
   SendRule sendRule_;  // how sends are posted (markSendRoutes)

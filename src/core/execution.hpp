@@ -8,10 +8,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "algorithms/plan.hpp"
+#include "core/copy_tuner.hpp"
 #include "core/execution_trace.hpp"
 #include "core/host_arena.hpp"
 #include "kernels/host_reduce.hpp"
@@ -138,6 +140,23 @@ class Execution {
     copy_ = copy;
     sentBytesCopy_ = sentBytesCopy;
   }
+  // Both kernels' copies, where the communicator picks one per call (CopyTuner); useCopy sets one of them.
+  struct CopyPair {
+    transport::CopyFn copy = nullptr, sentBytesCopy = nullptr;
+  };
+  void setCopyChoices(CopyPair cached, CopyPair streaming, CopyKernel fallback, std::optional<CopyTuner::Shape> tuned) {
+    copyChoices_ = {cached, streaming};
+    fallbackCopy_ = fallback;
+    tunedShape_ = tuned;
+    useCopy(fallback);
+  }
+  void useCopy(CopyKernel kernel) {
+    const CopyPair& pair = copyChoices_[static_cast<size_t>(kernel)];
+    setCopy(pair.copy, pair.sentBytesCopy);
+  }
+  CopyKernel fallbackCopy() const { return fallbackCopy_; }
+  // The shape the communicator times this operation's calls under; none: its copies are fixed.
+  const std::optional<CopyTuner::Shape>& tunedShape() const { return tunedShape_; }
   bool movedLastTime() const { return moved_; }
   bool finished() const { return finished_; }
   const std::string& operation() const { return operation_; }
@@ -223,6 +242,9 @@ class Execution {
   size_t slicesPerStep_;
   transport::CopyFn copy_ = nullptr;
   transport::CopyFn sentBytesCopy_ = nullptr;
+  std::array<CopyPair, 2> copyChoices_{};
+  CopyKernel fallbackCopy_ = CopyKernel::Cached;
+  std::optional<CopyTuner::Shape> tunedShape_;
   size_t bouncedSlices_ = 0;
   bool hasStaging_ = false;    // some step is a RecvReduceSend (placeStaging has work)
   bool hasMirrors_ = false;    // some send is mirrored (mirroredBytes_ is reset per run)

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <thread>
 #include <vector>
@@ -106,6 +107,57 @@ TEST_CASE("the same call reuses its execution; scratch regrowth and per-call sca
           for (int q = 0; q < kRanks; ++q) sum += value(q, i, round);
           const int64_t want = premul ? sum * scalar : sum / kRanks;
           wrong[r] += out[i] != want;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kRanks; ++r) {
+    INFO("rank " << r);
+    CHECK(wrong[r] == 0);
+  }
+  for (auto* c : comms) CHECK(ncclCommDestroy(c) == ncclSuccess);
+}
+
+// With TOPOCCL_COPY_TUNING_BYTES=1 every out-of-place call without a reduction is timed (core/copy_tuner.hpp): a
+// shape's calls 1-3 copy with the kernel its first did not, 4-6 with that one, then the faster, so over 40 calls
+// of each shape both kernels run on one reused execution. In place (not timed) follows. Fresh data each call.
+TEST_CASE("timed copies switch kernels between calls of one shape and stay correct (3 thread ranks)") {
+  constexpr int kRanks = 3, kRounds = 40, kRoot = 1;
+  const uint32_t seed = std::random_device{}();
+  WARN("timed copies test seed " << seed);
+  setenv("TOPOCCL_COPY_TUNING_BYTES", "1", 1);
+  ncclComm_t comms[kRanks];
+  REQUIRE(ncclCommInitAll(comms, kRanks, nullptr) == ncclSuccess);
+  unsetenv("TOPOCCL_COPY_TUNING_BYTES");
+  const size_t count = 10007;  // elements per block: a prime, so slices end unaligned
+  auto value = [&](int rank, size_t i, int round) {
+    return static_cast<int32_t>((i * 2654435761u + static_cast<uint32_t>(round) * 7919u + static_cast<uint32_t>(rank) * 31u) ^ seed);
+  };
+  long long wrong[kRanks] = {};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      std::vector<int32_t> in(count * kRanks), out(count * kRanks);
+      for (const bool inPlace : {false, true}) {
+        for (int round = 0; round < kRounds; ++round) {
+          // All-to-all: block q of rank r's output is block r of rank q's input.
+          int32_t* data = inPlace ? out.data() : in.data();
+          for (size_t i = 0; i < count * kRanks; ++i) data[i] = value(r, i, round);
+          if (ncclAlltoAll(data, out.data(), count, ncclInt32, comms[r], nullptr) != ncclSuccess) wrong[r] += 1000000;
+          for (int q = 0; q < kRanks; ++q)
+            for (size_t i = 0; i < count; ++i) wrong[r] += out[q * count + i] != value(q, r * count + i, round);
+          // All-gather: block q of the output is rank q's input (in place: already at block r).
+          int32_t* mine = inPlace ? out.data() + r * count : in.data();
+          for (size_t i = 0; i < count; ++i) mine[i] = value(r, i, round + kRounds);
+          if (ncclAllGather(mine, out.data(), count, ncclInt32, comms[r], nullptr) != ncclSuccess) wrong[r] += 1000000;
+          for (int q = 0; q < kRanks; ++q)
+            for (size_t i = 0; i < count; ++i) wrong[r] += out[q * count + i] != value(q, i, round + kRounds);
+          // Broadcast from kRoot.
+          int32_t* source = inPlace ? out.data() : in.data();
+          for (size_t i = 0; i < count; ++i) source[i] = value(r, i, round + 2 * kRounds);
+          if (ncclBroadcast(source, out.data(), count, ncclInt32, kRoot, comms[r], nullptr) != ncclSuccess) wrong[r] += 1000000;
+          for (size_t i = 0; i < count; ++i) wrong[r] += out[i] != value(kRoot, i, round + 2 * kRounds);
         }
       }
     });
