@@ -1226,10 +1226,9 @@ std::unique_ptr<Execution> Communicator::buildCollective(const CollectiveArgs& a
   // (4-rank in-place all-to-all at 16 MiB: 3.0 ms cached against 4.0 streaming; at 128 MiB, past the bound, 34.3
   // against 30.9; perf/RESULTS.md, session 41).
   const bool sentBytesCached = footprint / kSentBytesCachedFootprints < streamingThreshold_;
-  // Timed out of place only: in place, where receives land in bytes just sent, timing picked the slower kernel
-  // as often as not (perf/RESULTS.md, session 48).
-  // Past the static threshold streaming stays: there it was as fast as timing's choice or faster, which paid
-  // for its trials (perf/RESULTS.md, session 48).
+  // Timed (CopyTuner) out of place below the threshold only. In place, where receives land in bytes just sent,
+  // timing picked the slower kernel as often as not; past the threshold streaming was as fast as timing's choice
+  // or faster, which paid for its trials (perf/RESULTS.md, session 48).
   const bool tuned = reduce == nullptr && !inPlace && footprint >= copyTuningFrom_ && footprint < streamingThreshold_;
   const transport::CopyFn sentBytesStreaming = !sentBytesCached ? &kernels::streamingCopy : cachedCopy;
   const transport::CopyFn timedCached = bulkCopy_ ? &timedCachedCopy : &timedMemcpy;
