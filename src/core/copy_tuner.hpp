@@ -1,8 +1,9 @@
 // Chooses, per call shape, whether an operation's copies go through the caches or around them (streaming stores),
 // by timing both. Whether a footprint fits the last-level cache depends on what else uses that cache: on a VM other
 // tenants and where the vCPUs sit move the edge from one launch to the next, so a fixed threshold was 2x wrong in
-// both directions on the same machine kind (perf/RESULTS.md, session 48). No clock or communicator inside: the
-// caller times each call and reports it, so the policy is tested alone.
+// both directions on the same machine kind (perf/RESULTS.md, session 48). CopyTuner itself has no clock and no
+// communicator: the caller reports each call's copy time (the timed* copies below keep it per thread), so the
+// policy is tested alone.
 #pragma once
 
 #include <array>

@@ -122,14 +122,19 @@ TEST_CASE("the same call reuses its execution; scratch regrowth and per-call sca
 // With TOPOCCL_COPY_TUNING_BYTES=1 every out-of-place call without a reduction is timed (core/copy_tuner.hpp): a
 // shape's calls 1-3 copy with the kernel its first did not, 4-6 with that one, then the faster, so over 40 calls
 // of each shape both kernels run on one reused execution. In place (not timed) follows. Fresh data each call.
+// Both cached copies: the CPU's string copy and, with TOPOCCL_BULK_COPY=0, memcpy.
 TEST_CASE("timed copies switch kernels between calls of one shape and stay correct (3 thread ranks)") {
   constexpr int kRanks = 3, kRounds = 40, kRoot = 1;
   const uint32_t seed = std::random_device{}();
   WARN("timed copies test seed " << seed);
+  const char* bulkCopy = GENERATE("1", "0");
+  INFO("TOPOCCL_BULK_COPY=" << bulkCopy);
   setenv("TOPOCCL_COPY_TUNING_BYTES", "1", 1);
+  setenv("TOPOCCL_BULK_COPY", bulkCopy, 1);
   ncclComm_t comms[kRanks];
   REQUIRE(ncclCommInitAll(comms, kRanks, nullptr) == ncclSuccess);
   unsetenv("TOPOCCL_COPY_TUNING_BYTES");
+  unsetenv("TOPOCCL_BULK_COPY");
   const size_t count = 10007;  // elements per block: a prime, so slices end unaligned
   auto value = [&](int rank, size_t i, int round) {
     return static_cast<int32_t>((i * 2654435761u + static_cast<uint32_t>(round) * 7919u + static_cast<uint32_t>(rank) * 31u) ^ seed);
