@@ -86,10 +86,10 @@ inline const Param<int64_t> kStreamingStoresBytes{
     "that TOPOCCL_COPY_TUNING_BYTES would time"};
 inline const Param<int64_t> kCopyTuningBytes{
     "TOPOCCL_COPY_TUNING_BYTES", 0,
-    "From this footprint (as TOPOCCL_STREAMING_STORES_BYTES counts it) up, out-of-place calls of an operation without "
-    "a reduction time their cached copies against streaming stores now and then and copy with the faster (per plan "
-    "and size); "
-    "0: half the last-level cache, unless TOPOCCL_STREAMING_STORES_BYTES is set; negative: never"};
+    "From this footprint (as TOPOCCL_STREAMING_STORES_BYTES counts it) up to where streaming stores start, out-of-place "
+    "calls of an operation without a reduction time their cached copies against streaming stores now and then and "
+    "copy with the faster (per plan and size); 0: half the last-level cache, unless TOPOCCL_STREAMING_STORES_BYTES is "
+    "set; negative: never"};
 inline const Param<bool> kBulkCopy{"TOPOCCL_BULK_COPY", true,
                                   "Copies inside the caches use the CPU's string copy (x86-64 rep movsb, on CPUs with ERMS) "
                                   "from 4 KiB, instead of memcpy"};
