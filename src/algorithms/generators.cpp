@@ -793,6 +793,43 @@ void directAllReduce(PlanBuilder& b, int n, Placement placement) {
   }
 }
 
+// A direct reduce-scatter, then a direct all-gather. The block is cut into n parts; rank r sums part r, starting
+// from its own input and adding each peer's in turn (peers r+1, r+2, ...), then sends the sum to every peer and
+// receives theirs. A part is summed once, by its owner, so every rank holds the same bits. Sends and receives take
+// separate lanes, the sending lanes first: a rank's first walk of its lanes posts every send before the first sum
+// keeps it busy, so that no peer waits on that sum for its data (one lane per peer posted a send only after the
+// sum before it: 22 us late at 1 MiB on 4 ranks). In place, the receive of part q into the buffer follows the send
+// of part q out of it, and waits until the peer has read that (Step::waitsOutOwnSends).
+void reduceScatterAllGather(PlanBuilder& b, int n) {
+  for (int r = 0; r < n; ++r) {
+    const auto own = static_cast<uint32_t>(r);
+    const std::vector<int> peers = peersOf(r, n);
+    std::vector<uint16_t> sendLanes;
+    std::vector<StepRef> partSent;
+    for (int q : peers) {
+      sendLanes.push_back(b.addLane(r, q, -1));
+      partSent.push_back(b.add(r, sendLanes.back(), send(input(static_cast<uint32_t>(q)))));
+    }
+    std::vector<uint16_t> recvLanes;
+    ChunkRange partial = input(own);
+    std::optional<StepRef> summed;
+    for (int q : peers) {
+      recvLanes.push_back(b.addLane(r, -1, q));
+      summed = b.add(r, recvLanes.back(), after(recvReduceCopy(partial, output(own)), summed));
+      partial = output(own);
+    }
+    for (size_t i = 0; i < peers.size(); ++i) {
+      b.add(r, sendLanes[i], after(send(output(own)), summed));
+      // In place the gathered part lands over the part this rank sent to that peer, which the peer reads in its
+      // sum, before it sends what this receive takes: waiting for that read costs nothing and saves a bounce copy
+      // (0.8x the time at 256 KiB-1 MiB on 4 ranks in place).
+      Step gather = after(recv(output(static_cast<uint32_t>(peers[i]))), partSent[i]);
+      gather.waitsOutOwnSends = true;
+      b.add(r, recvLanes[i], std::move(gather));
+    }
+  }
+}
+
 std::string lowercase(std::string_view text) {
   std::string out(text);
   for (char& ch : out) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
@@ -809,6 +846,7 @@ const char* algorithmName(Algorithm a) noexcept {
     case Algorithm::Direct: return "direct";
     case Algorithm::Hierarchical: return "hierarchical";
     case Algorithm::HalvingDoubling: return "halving_doubling";
+    case Algorithm::ReduceScatterAllGather: return "reduce_scatter_allgather";
   }
   return "unknown";
 }
@@ -826,6 +864,7 @@ std::optional<Algorithm> algorithmFromName(std::string_view name) noexcept {
   if (key == "direct") return Algorithm::Direct;
   if (key == "hierarchical" || key == "hier") return Algorithm::Hierarchical;
   if (key == "halving_doubling" || key == "hd") return Algorithm::HalvingDoubling;
+  if (key == "reduce_scatter_allgather" || key == "rsag") return Algorithm::ReduceScatterAllGather;
   return std::nullopt;
 }
 
@@ -842,6 +881,7 @@ bool algorithmSupports(Algorithm a, Collective c) noexcept {
              c == Collective::AllGather || c == Collective::ReduceScatter || c == Collective::Broadcast;
     case Algorithm::Hierarchical: return c == Collective::AllReduce;
     case Algorithm::HalvingDoubling: return c == Collective::AllReduce || c == Collective::ReduceScatter;
+    case Algorithm::ReduceScatterAllGather: return c == Collective::AllReduce;
   }
   return false;
 }
@@ -946,6 +986,14 @@ Plan directPlan(Collective c, int nranks, int root, int nchannels, Placement pla
   return b.finish(true, keepsOwnCopy);
 }
 
+Plan reduceScatterAllGatherPlan(Collective c, int nranks, int root, int nchannels, Placement placement) {
+  checkArguments(Algorithm::ReduceScatterAllGather, c, nranks, root, nchannels);
+  if (nranks == 1) return singleRankPlan(Algorithm::ReduceScatterAllGather, c, placement);
+  PlanBuilder b(Algorithm::ReduceScatterAllGather, c, nranks, root, static_cast<uint32_t>(nranks));
+  reduceScatterAllGather(b, nranks);
+  return b.finish(true, true);
+}
+
 Plan hierarchicalPlan(Collective c, const std::vector<int>& hostOfRank, int nchannels, Placement placement,
                       const std::vector<uint32_t>& shardWeights) {
   const int n = static_cast<int>(hostOfRank.size());
@@ -1028,6 +1076,7 @@ Plan makePlan(Algorithm algorithm, Collective c, int nranks, int root, int nchan
     case Algorithm::Tree: return treePlan(c, nranks, root, nchannels, placement);
     case Algorithm::Direct: return directPlan(c, nranks, root, nchannels, placement);
     case Algorithm::HalvingDoubling: return halvingDoublingPlan(c, nranks, root, nchannels, placement);
+    case Algorithm::ReduceScatterAllGather: return reduceScatterAllGatherPlan(c, nranks, root, nchannels, placement);
     case Algorithm::Hierarchical:
       checkArguments(algorithm, c, nranks, root, nchannels);
       return hierarchicalPlan(c, std::vector<int>(static_cast<size_t>(nranks), 0), nchannels, placement);
@@ -1039,7 +1088,8 @@ Plan makePlan(std::string_view algorithmName, Collective c, int nranks, int root
   const std::optional<Algorithm> algorithm = algorithmFromName(algorithmName);
   if (!algorithm) {
     throwInvalidArgument("unknown algorithm '" + std::string(algorithmName) +
-                         "'; known: ring, recursive_doubling (rd), tree, direct, hierarchical (hier), halving_doubling (hd)");
+                         "'; known: ring, recursive_doubling (rd), tree, direct, hierarchical (hier), halving_doubling (hd), "
+                         "reduce_scatter_allgather (rsag)");
   }
   return makePlan(*algorithm, c, nranks, root, nchannels, placement);
 }

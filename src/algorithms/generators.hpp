@@ -16,6 +16,12 @@
 //                      recursive_doubling. OpenMPI's choice at 1-4 MiB; here 1.5x the ring over TCP.
 //                      ReduceScatter as that first half alone, ranks beyond the power of two folding in first
 //                      and getting their block at the end.
+//   reduce_scatter_allgather
+//                      AllReduce as a direct reduce-scatter, then a direct all-gather: rank q sums part q of the
+//                      block, pulling it from every peer in turn, and then every rank takes each finished part
+//                      from its owner. Two dependent rounds for the ring's bytes, where halving_doubling takes
+//                      2 log2 n and the ring 2 (n-1): for ranks that share CPUs, where each round can wait on a
+//                      rank the scheduler is not running.
 //   tree               binomial-tree Broadcast and Reduce (log2 n hops, for small messages).
 //   direct             AllToAll, Gather, Scatter, AllGather, ReduceScatter: every pair talks directly.
 // Ring and direct all-to-all use nchannels (a lane per channel, or per peer and channel); the others are
@@ -33,13 +39,14 @@
 
 namespace topoccl::algo {
 
-enum class Algorithm : uint8_t { Ring, RecursiveDoubling, Tree, Direct, Hierarchical, HalvingDoubling };
-inline constexpr int kNumAlgorithms = 6;
+enum class Algorithm : uint8_t { Ring, RecursiveDoubling, Tree, Direct, Hierarchical, HalvingDoubling, ReduceScatterAllGather };
+inline constexpr int kNumAlgorithms = 7;
 inline constexpr int kMaxChannels = 64;
 
-const char* algorithmName(Algorithm a) noexcept;  // "ring", "recursive_doubling", "tree", "direct", "hierarchical", "halving_doubling"
+// "ring", "recursive_doubling", "tree", "direct", "hierarchical", "halving_doubling", "reduce_scatter_allgather"
+const char* algorithmName(Algorithm a) noexcept;
 // Our names, case-insensitive: ring, recursive_doubling (or rd), tree, direct, hierarchical (or hier),
-// halving_doubling (or hd).
+// halving_doubling (or hd), reduce_scatter_allgather (or rsag).
 std::optional<Algorithm> algorithmFromName(std::string_view name) noexcept;
 bool algorithmSupports(Algorithm a, Collective c) noexcept;
 
@@ -59,6 +66,7 @@ Plan treePlan(Collective c, int nranks, int root, int nchannels, Placement place
 Plan interleavedTreeBroadcast(int nranks, int root, int places, Placement placement = Placement::Any);
 Plan halvingDoublingPlan(Collective c, int nranks, int root, int nchannels, Placement placement = Placement::Any);
 Plan directPlan(Collective c, int nranks, int root, int nchannels, Placement placement = Placement::Any);
+Plan reduceScatterAllGatherPlan(Collective c, int nranks, int root, int nchannels, Placement placement = Placement::Any);
 // AllReduce over hosts: ring reduce-scatter inside each host (shared memory), then the ranks with the same
 // local index (one per host, the rank nearest rail l) all-reduce their shard in a ring across the hosts,
 // then ring all-gather inside each host. Each host sends 2 (H-1)/H S across the network in total instead of

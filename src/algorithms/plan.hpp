@@ -76,6 +76,11 @@ struct Step {
   ChunkRange src;               // meaningful when stepReads(kind)
   ChunkRange dst;               // meaningful when stepWrites(kind); for Send/RecvReduceSend unused
   std::vector<StepRef> deps;    // steps of other lanes of this rank that must finish first
+  // A receive over bytes that a send of this rank may still be reading (in place) waits for that send to be read,
+  // instead of landing in a bounce slot and crossing the caches again. Set only by a generator that knows the peer
+  // reads that send without waiting on this receive (reduce_scatter_allgather's gather): where both sides of an
+  // in-place exchange each waited for their own send, neither would be read. Plans from files never set it.
+  bool waitsOutOwnSends = false;
 };
 
 // A lane (MSCCL thread block, NCCL channel) talks to at most one send peer and one receive peer.

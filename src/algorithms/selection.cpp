@@ -23,7 +23,8 @@ constexpr std::array<Collective, kNumCollectives> kCollectives = {
 
 constexpr std::array<Algorithm, kNumAlgorithms> kAlgorithms = {Algorithm::Ring,   Algorithm::RecursiveDoubling,
                                                                Algorithm::Tree,   Algorithm::Direct,
-                                                               Algorithm::Hierarchical, Algorithm::HalvingDoubling};
+                                                               Algorithm::Hierarchical, Algorithm::HalvingDoubling,
+                                                               Algorithm::ReduceScatterAllGather};
 
 Mask supportedMask(Collective c) {
   Mask m = 0;
@@ -100,7 +101,8 @@ Mask parseList(std::string_view whole, std::string_view list) {
     const std::optional<Mask> m = algorithmsNamed(token);
     if (!m) {
       badAlgo(whole, "unknown algorithm '" + std::string(token) +
-                         "' (known: ring, tree, rd, recursive_doubling, direct, hierarchical, hd, halving_doubling, and NCCL's Ring, Tree, "
+                         "' (known: ring, tree, rd, recursive_doubling, direct, hierarchical, hd, halving_doubling, rsag, "
+                         "reduce_scatter_allgather, and NCCL's Ring, Tree, "
                          "CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT)");
     }
     named |= *m;
@@ -205,13 +207,21 @@ std::vector<SelectionRow> memoryPathRows() {
   // Frameworks reduce gradients in place, and a rank cannot choose by placement (peers may differ), so the ring
   // takes over at 1 MiB, where it was ahead both ways. Over loopback TCP the ring stays ahead (1.04-1.4x), so these
   // rows are for memory paths only (perf/RESULTS.md).
-  // Broadcast on 3 and more ranks goes direct from the tree's limit to 64 MiB (kMemoryPathDirectBroadcastMaxBytes), on
-  // up to 8 ranks; more keep the tree there. All-gather (to 64 MiB) and reduce-scatter on 3-8 ranks go direct too.
+  // Broadcast on 3 and more ranks goes direct from the tree's limit to 256 MiB (kMemoryPathDirectBroadcastMaxBytes), on
+  // up to 8 ranks; more keep the tree to 64 MiB. All-gather (to 128 MiB) and reduce-scatter on 3-8 ranks go direct too.
+  // All-reduce on 3-8 ranks: reduce_scatter_allgather from 128 KiB on 3, 5, 6 and 7 ranks, from 64 MiB on 4 and 8
+  // (kMemoryPathScatterGatherMinBytes); 9 and more, unmeasured, keep the ring.
   return {{Collective::AllReduce, 2, 2, 0, kTwoRankRecursiveDoublingMaxBytes, Algorithm::RecursiveDoubling, 1},
+          {Collective::AllReduce, 3, 3, kMemoryPathScatterGatherMinBytes, UINT64_MAX, Algorithm::ReduceScatterAllGather, 1},
+          {Collective::AllReduce, 5, 7, kMemoryPathScatterGatherMinBytes, UINT64_MAX, Algorithm::ReduceScatterAllGather, 1},
+          {Collective::AllReduce, 4, 4, kMemoryPathScatterGatherPowerOfTwoMinBytes, UINT64_MAX,
+           Algorithm::ReduceScatterAllGather, 1},
+          {Collective::AllReduce, 8, 8, kMemoryPathScatterGatherPowerOfTwoMinBytes, UINT64_MAX,
+           Algorithm::ReduceScatterAllGather, 1},
           {Collective::Broadcast, 3, kMemoryPathDirectMaxRanks, kTreeMaxBytes, kMemoryPathDirectBroadcastMaxBytes,
            Algorithm::Direct, 1},
           {Collective::Broadcast, kMemoryPathDirectMaxRanks + 1, INT32_MAX, kTreeMaxBytes,
-           kMemoryPathDirectBroadcastMaxBytes, Algorithm::Tree, 1},
+           kMemoryPathTreeBroadcastMaxBytes, Algorithm::Tree, 1},
           {Collective::AllGather, 3, kMemoryPathDirectMaxRanks, kDirectMaxBytes, kMemoryPathDirectAllGatherMaxBytes,
            Algorithm::Direct, 1},
           {Collective::ReduceScatter, 3, kMemoryPathDirectMaxRanks, kDirectMaxBytes, UINT64_MAX, Algorithm::Direct, 1}};

@@ -30,12 +30,16 @@ inline constexpr uint64_t kTwoRankRecursiveDoublingMaxBytes = 1 << 20;
 // - Binomial Broadcast / Reduce cost log2 n (alpha + S beta); the pipelined chain (n-1) alpha + S beta.
 //   They cross at S = (n-1-log2 n) / (log2 n - 1) alpha/beta: 1x on 4 ranks, 2x on 8, 3.7x on 16.
 inline constexpr uint64_t kTreeMaxBytes = 32 << 10;
-// On a memory path Broadcast goes direct (the root's buffer read by every peer at once) from there to 64 MiB
+// On a memory path Broadcast goes direct (the root's buffer read by every peer at once) from there to 256 MiB
 // (memoryPathRows): a receiver pulls from the root's buffer, so no rank waits on a relay, and no relay waits on a
 // CPU that another rank holds. On 4, 6 and 8 ranks (2 vCPUs) it took 0.4-0.97x the binomial tree's time from
-// 32 KiB to 32 MiB, which itself took 0.55-0.99x the chain's; from 128 MiB, where memory bounds both, the chain
-// is ahead (perf/RESULTS.md, sessions 38 and 40). Beyond 8 ranks, unmeasured, the binomial tree keeps the band.
-inline constexpr uint64_t kMemoryPathDirectBroadcastMaxBytes = 64 << 20;
+// 32 KiB to 32 MiB, which itself took 0.55-0.99x the chain's (sessions 38 and 40). At 64-128 MiB it took 0.40-0.61x
+// the chain's time on 4 and 8 ranks and 0.86-0.98x on 3 (session 49, a Xeon whose chain ran at a third of direct's
+// speed from 16 MiB); session 40's Xeon had them level at 128 MiB (1.02x). From 256 MiB, where memory bounds both,
+// they were level or the chain ahead (4 ranks: 1.0x here and 1.12x there; 512 MiB 1.06x), so the chain keeps it.
+// Beyond 8 ranks, unmeasured, the binomial tree keeps the band to 64 MiB (kMemoryPathTreeBroadcastMaxBytes).
+inline constexpr uint64_t kMemoryPathDirectBroadcastMaxBytes = uint64_t{256} << 20;
+inline constexpr uint64_t kMemoryPathTreeBroadcastMaxBytes = 64 << 20;
 // - Direct AllGather / ReduceScatter move the same bytes per rank as the ring in one round instead
 //   of n-1, so they win while latency dominates; beyond that the n-1 simultaneous flows per rank
 //   contend for its links, while the ring only ever uses neighbours.
@@ -44,9 +48,19 @@ inline constexpr uint64_t kDirectMaxBytes = 64 << 10;
 // every pair's bytes cross the same memory, so the ring's relays only add waits on ranks that share a CPU. Direct
 // took 0.45-0.85x the ring's time from 256 KiB to 64 MiB for both on 3, 4, 6 and 8 ranks (2 vCPUs), and
 // reduce-scatter also 0.86-0.87x at 128-256 MiB; out-of-place all-gather at 128-256 MiB was 9-26% slower than the
-// ring, so it keeps the ring there (perf/RESULTS.md, session 40).
-inline constexpr uint64_t kMemoryPathDirectAllGatherMaxBytes = 64 << 20;
+// ring, so it keeps the ring there (perf/RESULTS.md, session 40). 64 MiB itself goes direct: 0.67-0.76x the ring's
+// time out of place and 0.66x in place on 4 and 8 ranks (session 49); at 128 MiB the two were level (0.89-1.09x).
+inline constexpr uint64_t kMemoryPathDirectAllGatherMaxBytes = uint64_t{128} << 20;
 inline constexpr int kMemoryPathDirectMaxRanks = 8;
+// - On a memory path AllReduce on 3-8 ranks is a direct reduce-scatter then a direct all-gather
+//   (reduce_scatter_allgather): two dependent rounds where the ring takes 2 (n-1) and halving-doubling 2 log2 n, each
+//   a wait for a rank that may share a CPU with another (session 49, 2 vCPUs, shm, against the ring on 3, 5, 6 and 7
+//   ranks): 0.5-0.9x the ring's time out of place and 0.45-0.86x in place from 256 KiB to 64 MiB; at 64 KiB as fast
+//   out of place and up to 1.2x slower in place, so it starts at 128 KiB. Against halving-doubling on 4 and 8 ranks
+//   it was level or behind below 64 MiB in place (1.02-1.09x at 4-16 MiB, 1.9x at 64 KiB on 8) and ahead from there
+//   (0.86-0.89x both ways), so those two counts take it from 64 MiB.
+inline constexpr uint64_t kMemoryPathScatterGatherMinBytes = 128 << 10;
+inline constexpr uint64_t kMemoryPathScatterGatherPowerOfTwoMinBytes = uint64_t{64} << 20;
 // - Direct AllReduce (every rank sends its input to every other and adds all n) is one round where
 //   recursive doubling takes log2 n (+2 when folding), at n-1 times the bytes sent. Measured on 3-8
 //   ranks sharing 2 cores (perf/RESULTS.md), where every round costs a trip through the scheduler, it

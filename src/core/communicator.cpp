@@ -1202,6 +1202,7 @@ std::unique_ptr<Execution> Communicator::buildCollective(const CollectiveArgs& a
       ResolvedStep r;
       r.kind = step.kind;
       r.deps = step.deps;
+      r.waitsOutOwnSends = step.waitsOutOwnSends;
       size_t srcBytes = 0, dstBytes = 0;
       if (algo::stepReads(step.kind)) r.src = pointer(step.src, &srcBytes);
       if (algo::stepWrites(step.kind)) r.dst = pointer(step.dst, &dstBytes);

@@ -190,7 +190,7 @@ bool Execution::pumpReceives(size_t laneIndex) {
         hazard = writeHazard(step.dst + offset, step.dst + offset + length);
       }
       if (hazard) {
-        if (state.sliceBytes > kMaxBounceSliceBytes) break;  // wait for the send instead
+        if (state.sliceBytes > kMaxBounceSliceBytes || step.waitsOutOwnSends) break;  // wait for the send instead
         std::vector<char>& bounce = bounce_[laneIndex];
         // Grows only at a step's first bounce: no slice of this step is in a slot yet, and earlier steps are done.
         if (bounce.size() < kWindow * state.sliceBytes) bounce.resize(kWindow * state.sliceBytes);

@@ -38,6 +38,8 @@ struct ResolvedStep {
   // A receive into bytes a send of this rank reads (in place, fuseStagedReceives): a peer has just read those
   // lines, so the receive moves its bytes with Execution::setCopy's sentBytesCopy.
   bool intoSentBytes = false;
+  // algo::Step::waitsOutOwnSends: a slice over bytes a send of ours still reads waits for it, never bounces.
+  bool waitsOutOwnSends = false;
   // How a sending step's bytes are posted (markSendRoutes): postSend, postSendCopyOut or postSendReadEarly.
   SendRoute route = SendRoute::Plain;
   // How the step is cut, set by Execution (sliceBytesFor): computed once, not on every run of the step.

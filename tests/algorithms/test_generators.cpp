@@ -18,7 +18,8 @@ constexpr Collective kAllCollectives[] = {Collective::AllReduce, Collective::All
                                           Collective::Broadcast, Collective::Reduce,    Collective::AllToAll,
                                           Collective::Gather,    Collective::Scatter};
 constexpr Algorithm kAllAlgorithms[] = {Algorithm::Ring, Algorithm::RecursiveDoubling, Algorithm::Tree,
-                                        Algorithm::Direct, Algorithm::Hierarchical, Algorithm::HalvingDoubling};
+                                        Algorithm::Direct, Algorithm::Hierarchical, Algorithm::HalvingDoubling,
+                                        Algorithm::ReduceScatterAllGather};
 constexpr int kRankCounts[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16};
 
 bool rooted(Collective c) {

@@ -160,7 +160,7 @@ TEST_CASE("NCCL_ALGO: malformed values name the bad token") {
   CHECK(parseError("allreduce:hypercube").find("'hypercube'") != std::string::npos);
   CHECK(parseError("allgatherv:ring").find("unknown collective 'allgatherv'") != std::string::npos);
   CHECK(parseError("alltoall:ring").find("leaves alltoall no algorithm") != std::string::npos);
-  CHECK(parseError("allreduce:^ring,tree,direct,hier,hd").find("leaves allreduce no algorithm") != std::string::npos);
+  CHECK(parseError("allreduce:^ring,tree,direct,hier,hd,rsag").find("leaves allreduce no algorithm") != std::string::npos);
   CHECK(parseError("ring;tree").find("more than one list") != std::string::npos);
   CHECK(parseError("^").find("empty") != std::string::npos);
   CHECK(parseError("allreduce:").find("empty") != std::string::npos);
@@ -347,26 +347,41 @@ TEST_CASE("memory-path rows: two ranks on one host keep recursive doubling to 1 
     CHECK(table.choose(Collective::AllReduce, bytes, 2) == Algorithm::RecursiveDoubling);
   for (uint64_t bytes : {uint64_t{1} << 20, uint64_t{8} << 20})
     CHECK(table.choose(Collective::AllReduce, bytes, 2) == Algorithm::Ring);
-  CHECK(table.choose(Collective::AllReduce, 1 << 20, 3) == Algorithm::Ring);
+  // All-reduce on 3, 5, 6 and 7 ranks: a direct reduce-scatter and all-gather from 128 KiB; on 4 and 8 from 64 MiB;
+  // 9 and more keep the ring; two hosts take the hierarchical plan.
+  for (int ranks : {3, 5, 6, 7}) {
+    CHECK(table.choose(Collective::AllReduce, (uint64_t{128} << 10) - 4, ranks) == Algorithm::Ring);
+    for (uint64_t bytes : {uint64_t{128} << 10, uint64_t{1} << 20, uint64_t{1} << 30})
+      CHECK(table.choose(Collective::AllReduce, bytes, ranks) == Algorithm::ReduceScatterAllGather);
+    CHECK(table.choose(Collective::AllReduce, 1 << 20, ranks, 2) == Algorithm::Hierarchical);  // two hosts
+  }
+  for (int ranks : {4, 8}) {
+    CHECK(table.choose(Collective::AllReduce, (uint64_t{64} << 20) - 4, ranks) == Algorithm::HalvingDoubling);
+    CHECK(table.choose(Collective::AllReduce, uint64_t{64} << 20, ranks) == Algorithm::ReduceScatterAllGather);
+  }
+  CHECK(table.choose(Collective::AllReduce, 1 << 20, 9) == Algorithm::Ring);
+  CHECK(table.choose(Collective::AllReduce, uint64_t{1} << 30, 2) == Algorithm::Ring);
   CHECK(table.choose(Collective::AllReduce, 1 << 20, 4) == Algorithm::HalvingDoubling);
   CHECK(table.choose(Collective::AllReduce, 1 << 20, 2, 2) != Algorithm::RecursiveDoubling);  // two hosts
   CHECK(table.choose(Collective::AllGather, 1 << 20, 2) == Algorithm::Ring);
-  // Broadcast on 3-8 ranks goes direct from 32 KiB to 64 MiB, on one host only; more ranks keep the tree there.
+  // Broadcast on 3-8 ranks goes direct from 32 KiB to 256 MiB, on one host only; more ranks keep the tree to 64 MiB.
   for (int ranks : {3, 4, 8, 9, 17}) {
     CHECK(table.choose(Collective::Broadcast, (uint64_t{32} << 10) - 1, ranks) == Algorithm::Tree);
     for (uint64_t bytes : {uint64_t{32} << 10, uint64_t{1} << 20, (uint64_t{64} << 20) - 1})
       CHECK(table.choose(Collective::Broadcast, bytes, ranks) == (ranks <= 8 ? Algorithm::Direct : Algorithm::Tree));
+    for (uint64_t bytes : {uint64_t{64} << 20, (uint64_t{256} << 20) - 1})
+      CHECK(table.choose(Collective::Broadcast, bytes, ranks) == (ranks <= 8 ? Algorithm::Direct : Algorithm::Ring));
+    CHECK(table.choose(Collective::Broadcast, uint64_t{256} << 20, ranks) == Algorithm::Ring);
   }
-  CHECK(table.choose(Collective::Broadcast, uint64_t{64} << 20, 4) == Algorithm::Ring);
-  // All-gather and reduce-scatter on 3-8 ranks go direct past 64 KiB (all-gather to 64 MiB); two ranks and more
+  // All-gather and reduce-scatter on 3-8 ranks go direct past 64 KiB (all-gather to 128 MiB); two ranks and more
   // than 8 keep the ring, and so do sockets.
   for (int ranks : {2, 3, 5, 8, 9}) {
     const Algorithm wide = ranks >= 3 && ranks <= 8 ? Algorithm::Direct : Algorithm::Ring;
-    for (uint64_t bytes : {uint64_t{64} << 10, uint64_t{1} << 20, (uint64_t{64} << 20) - 1}) {
+    for (uint64_t bytes : {uint64_t{64} << 10, uint64_t{1} << 20, uint64_t{64} << 20, (uint64_t{128} << 20) - 1}) {
       CHECK(table.choose(Collective::AllGather, bytes, ranks) == wide);
       CHECK(table.choose(Collective::ReduceScatter, bytes, ranks) == wide);
     }
-    CHECK(table.choose(Collective::AllGather, uint64_t{64} << 20, ranks) == Algorithm::Ring);
+    CHECK(table.choose(Collective::AllGather, uint64_t{128} << 20, ranks) == Algorithm::Ring);
     CHECK(table.choose(Collective::ReduceScatter, uint64_t{1} << 30, ranks) == wide);
     CHECK(table.choose(Collective::AllGather, 1 << 20, ranks, 2) == Algorithm::Ring);  // two hosts
   }

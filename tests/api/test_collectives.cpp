@@ -165,6 +165,16 @@ TEST_CASE("every collective with NCCL_ALGO=alltoall:rd;reducescatter:hd on shm p
   runMatrix(RankMode::Threads, 8, false, {{"NCCL_ALGO", "alltoall:rd;reducescatter:hd"}});
 }
 
+// All-reduce as a direct reduce-scatter then all-gather, forced at every size (including counts below the rank count,
+// where some parts are empty): on shm processes (heap buffers through the FIFO), threads with 3 KiB slices (many
+// slices a part, so in place the gathers wait out sends slice by slice) and TCP processes, in and out of place.
+TEST_CASE("every collective with NCCL_ALGO=allreduce:rsag on shm processes with 5 ranks, threads with 3 and 6, TCP with 4") {
+  runMatrix(RankMode::ProcessesShm, 5, false, {{"NCCL_ALGO", "allreduce:rsag"}});
+  runMatrix(RankMode::Threads, 3, false, {{"NCCL_ALGO", "allreduce:rsag"}, {"TOPOCCL_SLICE_BYTES", "3072"}});
+  runMatrix(RankMode::Threads, 6, false, {{"NCCL_ALGO", "allreduce:rsag"}});
+  runMatrix(RankMode::ProcessesTcp, 4, false, {{"NCCL_ALGO", "allreduce:rsag"}});
+}
+
 // In-place all-to-all receives each peer's block into the very block it is sending that peer. The executor
 // lands a slice in a bounce slot while its own send of that slice is unread and copies it over afterwards;
 // blocks of 16+ slices reuse every slot several times. Values are a hash of (seed, sender, index), so each
@@ -276,6 +286,56 @@ int gatherAndBroadcast(int rank, int nranks, ncclComm_t comm, size_t count, bool
   return failures;
 }
 }  // namespace
+
+// The same all-reduce on ncclMemAlloc buffers, which peers read in place (zero copy): a part's gather then lands
+// over the part this rank sent, which the peer reads in its sum, so the gather waits for that read. Parts of many
+// slices, three calls of fresh values each way; small integers, so every order of summing gives the exact sum.
+namespace {
+int scatterGatherAllReduce(int rank, int nranks, ncclComm_t comm, size_t count, uint64_t seed) {
+  void* in = nullptr;
+  void* out = nullptr;
+  if (ncclMemAlloc(&in, count * sizeof(float)) != ncclSuccess || ncclMemAlloc(&out, count * sizeof(float)) != ncclSuccess)
+    return 1;
+  auto* send = static_cast<float*>(in);
+  auto* recv = static_cast<float*>(out);
+  const auto value = [&](uint64_t s, int r, size_t i) { return static_cast<float>(static_cast<int>(blockValue(s, r, i) % 2001) - 1000); };
+  int failures = 0;
+  for (int call = 0; call < 6; ++call) {
+    const bool inPlace = call % 2 == 1;
+    const uint64_t callSeed = seed + static_cast<uint64_t>(call);
+    for (size_t i = 0; i < count; ++i) send[i] = value(callSeed, rank, i);
+    float* result = inPlace ? send : recv;
+    if (ncclAllReduce(send, result, count, ncclFloat, ncclSum, comm, nullptr) != ncclSuccess) return failures + 1;
+    size_t wrong = 0;
+    for (size_t i = 0; i < count; ++i) {
+      int64_t sum = 0;
+      for (int q = 0; q < nranks; ++q) sum += static_cast<int64_t>(value(callSeed, q, i));
+      wrong += result[i] != static_cast<float>(sum);
+    }
+    if (wrong) std::fprintf(stderr, "rank %d: call %d (%s): %zu of %zu wrong\n", rank, call, inPlace ? "in place" : "out of place", wrong, count);
+    failures += wrong != 0;
+  }
+  ncclMemFree(in);
+  ncclMemFree(out);
+  return failures;
+}
+}  // namespace
+
+TEST_CASE("reduce_scatter_allgather all-reduce on ncclMemAlloc buffers, in and out of place, on shm processes and threads") {
+  const uint64_t seed = testSeed();
+  INFO("seed " << seed);
+  for (const auto& [mode, nranks] : {std::pair{RankMode::ProcessesShm, 3}, std::pair{RankMode::ProcessesShm, 4},
+                                     std::pair{RankMode::Threads, 5}}) {
+    for (size_t count : {size_t{2}, size_t{65537}, size_t{786433}}) {  // primes; 786433 x 4 B: parts of 3-5 slices
+      INFO(rankModeName(mode) << ", " << nranks << " ranks, " << count << " floats");
+      const RunResult result = runRanks(
+          mode, nranks, [&](int rank, int n, ncclComm_t comm) { return scatterGatherAllReduce(rank, n, comm, count, seed); },
+          {{"NCCL_ALGO", "allreduce:rsag"}});
+      INFO(result.problems);
+      CHECK(result.failures == 0);
+    }
+  }
+}
 
 TEST_CASE("out-of-place all-gather and broadcast where peers, or the sending rank as it sends, write each rank's own block") {
   const uint64_t seed = testSeed();

@@ -22,7 +22,7 @@ namespace {
 void runRandom(RankMode mode, int minRanks, int maxRanks, int calls) {
   std::mt19937_64 gen(testSeed() ^ (0x5851f42d4c957f2dull * (static_cast<uint64_t>(mode) + 1)));
   const int nranks = minRanks + static_cast<int>(gen() % static_cast<uint64_t>(maxRanks - minRanks + 1));
-  static const char* algos[] = {"", "ring", "rd", "hd", "direct", "tree"};
+  static const char* algos[] = {"", "ring", "rd", "hd", "direct", "tree", "allreduce:rsag"};
   static const char* slices[] = {"", "4096", "65536", "1048576"};
   static const char* fifos[] = {"", "65536", "262144"};
   std::map<std::string, std::string> env;

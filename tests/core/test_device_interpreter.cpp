@@ -393,7 +393,8 @@ std::vector<algo::Plan> builtInPlans(int nranks) {
                                           algo::Collective::Reduce, algo::Collective::AllToAll,
                                           algo::Collective::Gather, algo::Collective::Scatter};
   const algo::Algorithm algorithms[] = {algo::Algorithm::Ring, algo::Algorithm::RecursiveDoubling, algo::Algorithm::Tree,
-                                        algo::Algorithm::Direct, algo::Algorithm::HalvingDoubling};
+                                        algo::Algorithm::Direct, algo::Algorithm::HalvingDoubling,
+                                        algo::Algorithm::ReduceScatterAllGather};
   for (algo::Algorithm a : algorithms)
     for (algo::Collective c : collectives) {
       if (!algo::algorithmSupports(a, c)) continue;

@@ -246,6 +246,41 @@ TEST_CASE("an in-place swap moves every received byte with the copy for sent byt
   CHECK(sentCopied == 2 * bytes);  // each byte once into its place: straight, or out of its bounce slot
 }
 
+// A receive marked waitsOutOwnSends (reduce_scatter_allgather's gather, in place) over bytes its own send still
+// reads waits for the peer to read them and never bounces; its peer here receives the same way unmarked, so it
+// bounces and reads rank 0's send meanwhile (were both marked, neither send would be read). Fresh random bytes.
+TEST_CASE("an in-place receive that waits out its own sends never bounces and gets every byte") {
+  const uint64_t hash = freshCommHash();
+  std::mt19937_64 rng(std::random_device{}());
+  constexpr size_t kSlice = 64 << 10;
+  const size_t slices = 9 + rng() % 16;
+  const size_t bytes = (slices - 1) * kSlice + 1 + rng() % kSlice;
+  INFO(slices << " slices, " << bytes << " bytes");
+  std::vector<std::vector<char>> buffer(2, std::vector<char>(bytes)), original(2);
+  std::vector<std::unique_ptr<transport::Transport>> transports;
+  std::vector<std::unique_ptr<transport::Connection>> connections;
+  for (int r = 0; r < 2; ++r) {
+    for (char& c : buffer[r]) c = static_cast<char>(rng());
+    original[r] = buffer[r];
+    transports.push_back(transport::makeLocalTransport({hash, 0, r, 2}));
+  }
+  for (int r = 0; r < 2; ++r) connections.push_back(transports[r]->connect(localPeer(1 - r), 0));
+  std::vector<std::unique_ptr<Execution>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<ResolvedLane> lanes(1);
+    lanes[0].sendConn = lanes[0].recvConn = connections[r].get();
+    lanes[0].steps = {step(algo::StepKind::Send, buffer[r].data(), nullptr, bytes),
+                      step(algo::StepKind::Recv, nullptr, buffer[r].data(), bytes)};
+    lanes[0].steps[1].waitsOutOwnSends = r == 0;
+    ranks.push_back(std::make_unique<Execution>("swap", std::move(lanes), nullptr, 1, kSlice, nullptr, slices));
+  }
+  REQUIRE(runBoth(ranks));
+  CHECK(buffer[0] == original[1]);
+  CHECK(buffer[1] == original[0]);
+  CHECK(ranks[0]->bouncedSlices() == 0);
+  CHECK(ranks[1]->bouncedSlices() > 0);  // rank 1 posted while its send was unread: the unmarked way still bounces
+}
+
 // 2-rank recursive doubling in place: each rank sends its buffer and reduces the peer's into scratch, then copies
 // it over its buffer; fused, the reduction lands in the buffer itself, a slice whose bytes the peer has not read yet
 // in a bounce slot. Fresh random floats; a float sum of two is exact against a double reference rounded once.

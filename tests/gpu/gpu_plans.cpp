@@ -201,7 +201,8 @@ int main() {
                                           algo::Collective::Broadcast, algo::Collective::Reduce, algo::Collective::AllToAll,
                                           algo::Collective::Gather, algo::Collective::Scatter};
   const algo::Algorithm algorithms[] = {algo::Algorithm::Ring, algo::Algorithm::RecursiveDoubling, algo::Algorithm::Tree,
-                                        algo::Algorithm::Direct, algo::Algorithm::HalvingDoubling};
+                                        algo::Algorithm::Direct, algo::Algorithm::HalvingDoubling,
+                                        algo::Algorithm::ReduceScatterAllGather};
   for (int n = 2; n <= 4; ++n)
     for (algo::Algorithm a : algorithms)
       for (algo::Collective c : collectives) {
