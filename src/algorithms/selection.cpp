@@ -209,7 +209,7 @@ std::vector<SelectionRow> memoryPathRows() {
   // rows are for memory paths only (perf/RESULTS.md).
   // Broadcast on 3 and more ranks goes direct from the tree's limit to 256 MiB (kMemoryPathDirectBroadcastMaxBytes), on
   // up to 8 ranks; more keep the tree to 64 MiB. All-gather (to 128 MiB) and reduce-scatter on 3-8 ranks go direct too.
-  // All-reduce on 3-8 ranks: reduce_scatter_allgather from 128 KiB on 3, 5, 6 and 7 ranks, from 64 MiB on 4 and 8
+  // All-reduce on 3-8 ranks: reduce_scatter_allgather from 256 KiB on 3, 5, 6 and 7 ranks, from 64 MiB on 4 and 8
   // (kMemoryPathScatterGatherMinBytes); 9 and more, unmeasured, keep the ring.
   return {{Collective::AllReduce, 2, 2, 0, kTwoRankRecursiveDoublingMaxBytes, Algorithm::RecursiveDoubling, 1},
           {Collective::AllReduce, 3, 3, kMemoryPathScatterGatherMinBytes, UINT64_MAX, Algorithm::ReduceScatterAllGather, 1},

@@ -347,11 +347,11 @@ TEST_CASE("memory-path rows: two ranks on one host keep recursive doubling to 1 
     CHECK(table.choose(Collective::AllReduce, bytes, 2) == Algorithm::RecursiveDoubling);
   for (uint64_t bytes : {uint64_t{1} << 20, uint64_t{8} << 20})
     CHECK(table.choose(Collective::AllReduce, bytes, 2) == Algorithm::Ring);
-  // All-reduce on 3, 5, 6 and 7 ranks: a direct reduce-scatter and all-gather from 128 KiB; on 4 and 8 from 64 MiB;
+  // All-reduce on 3, 5, 6 and 7 ranks: a direct reduce-scatter and all-gather from 256 KiB; on 4 and 8 from 64 MiB;
   // 9 and more keep the ring; two hosts take the hierarchical plan.
   for (int ranks : {3, 5, 6, 7}) {
-    CHECK(table.choose(Collective::AllReduce, (uint64_t{128} << 10) - 4, ranks) == Algorithm::Ring);
-    for (uint64_t bytes : {uint64_t{128} << 10, uint64_t{1} << 20, uint64_t{1} << 30})
+    CHECK(table.choose(Collective::AllReduce, (uint64_t{256} << 10) - 4, ranks) == Algorithm::Ring);
+    for (uint64_t bytes : {uint64_t{256} << 10, uint64_t{1} << 20, uint64_t{1} << 30})
       CHECK(table.choose(Collective::AllReduce, bytes, ranks) == Algorithm::ReduceScatterAllGather);
     CHECK(table.choose(Collective::AllReduce, 1 << 20, ranks, 2) == Algorithm::Hierarchical);  // two hosts
   }
