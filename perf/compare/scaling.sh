@@ -12,9 +12,9 @@
 # The step count is the critical path in message rounds of the plan topoccl ran (all_reduce_perf --predict
 # names it in each row): direct 1 round (each rank receives n-1 messages), recursive doubling log2 P rounds
 # (P the largest power of two <= n, plus 2 when n is not a power of two: fold in, fold out), halving-doubling
-# 2 log2 P (+2), ring 2(n-1). With more ranks than the machine's cores the ranks share them, so the large-size
-# time is also given against a CPU model: every rank copies (or reduces) 2(n-1)/n x size, and the cores do that
-# work in turn. At the small size, sharing makes every call wait for the core's other ranks to be switched in:
+# 2 log2 P (+2), ring 2(n-1), reduce_scatter_allgather 2 (n-1 messages in each). With more ranks than the
+# machine's cores the ranks share them, so the large-size time is also given against a CPU model: every rank
+# copies (or reduces) 2(n-1)/n x size, and the cores do that work in turn. At the small size, sharing makes every call wait for the core's other ranks to be switched in:
 # both benchmarks count their processes' context switches in the timed loop (--switches), given per call and
 # core, and the time divided by them (what one switch costs, plus the call's own work).
 set -u -o pipefail
@@ -98,7 +98,7 @@ def med(key):
     return (statistics.median(t for t, _ in v), min(t for t, _ in v), max(t for t, _ in v), sum(w for _, w in v)) if v else None
 ranks = sorted({k[1] for k in rows})
 sizes = sorted({k[2] for k in rows})
-NAMES = {"recursive_doubling": "rd", "halving_doubling": "hd"}
+NAMES = {"recursive_doubling": "rd", "halving_doubling": "hd", "reduce_scatter_allgather": "rsag"}
 def algorithm(n, nbytes):
     if (n, nbytes) in plans:  # what topoccl said it ran
         return NAMES.get(plans[(n, nbytes)], plans[(n, nbytes)])
@@ -116,9 +116,12 @@ def steps(n, nbytes):
         return int(math.log2(p)) + fold
     if a == "hd":  # reduce-scatter by halving, all-gather by doubling
         return 2 * int(math.log2(p)) + fold
+    if a == "rsag":  # direct reduce-scatter, then direct all-gather: two rounds of n-1 messages each
+        return 2
     return 2 * (n - 1)
 def messages(n, nbytes):  # messages each rank receives
-    return n - 1 if algorithm(n, nbytes) == "direct" else steps(n, nbytes)
+    a = algorithm(n, nbytes)
+    return n - 1 if a == "direct" else 2 * (n - 1) if a == "rsag" else steps(n, nbytes)
 def switches_per_core(system, n, nbytes):  # medians over repeats, all ranks' switches / the cores they share
     v = switches.get((system, n, nbytes))
     return statistics.median(v) / min(n, cores) if v else None
