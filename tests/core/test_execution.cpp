@@ -206,38 +206,55 @@ void countSent(void* dst, const void* src, size_t bytes) {
 }
 }  // namespace
 
-TEST_CASE("an in-place swap moves every received byte with the copy for sent bytes, bounced or not") {
-  const uint64_t hash = freshCommHash();
-  std::mt19937_64 rng(std::random_device{}());
-  constexpr size_t kSlice = 64 << 10;
-  const size_t slices = 9 + rng() % 16;  // past two windows of 4: later slices find their sends already read
-  const size_t bytes = (slices - 1) * kSlice + 1 + rng() % kSlice;
-  INFO(slices << " slices, " << bytes << " bytes");
-  std::vector<std::vector<char>> buffer(2, std::vector<char>(bytes)), original(2), scratch(2, std::vector<char>(bytes));
+namespace {
+// Two ranks on the local transport, each with a buffer of fresh random bytes (kept in `original`) cut into 9-24
+// slices of 64 KiB: past two windows of 4, so later slices find their sends already read.
+struct InPlacePair {
+  static constexpr size_t kSlice = 64 << 10;
+  std::mt19937_64 rng{std::random_device{}()};
+  size_t slices = 9 + rng() % 16;
+  size_t bytes = (slices - 1) * kSlice + 1 + rng() % kSlice;
+  std::vector<std::vector<char>> buffer{2, std::vector<char>(bytes)}, original{2};
   std::vector<std::unique_ptr<transport::Transport>> transports;
   std::vector<std::unique_ptr<transport::Connection>> connections;
-  for (int r = 0; r < 2; ++r) {
-    for (char& c : buffer[r]) c = static_cast<char>(rng());
-    original[r] = buffer[r];
-    transports.push_back(transport::makeLocalTransport({hash, 0, r, 2}));
+  InPlacePair() {
+    const uint64_t hash = freshCommHash();
+    for (int r = 0; r < 2; ++r) {
+      for (char& c : buffer[r]) c = static_cast<char>(rng());
+      original[r] = buffer[r];
+      transports.push_back(transport::makeLocalTransport({hash, 0, r, 2}));
+    }
+    for (int r = 0; r < 2; ++r) connections.push_back(transports[r]->connect(localPeer(1 - r), 0));
   }
-  for (int r = 0; r < 2; ++r) connections.push_back(transports[r]->connect(localPeer(1 - r), 0));
+  // One lane that sends the rank's whole buffer to the other and receives with `steps` after it.
+  std::vector<ResolvedLane> lanesOf(int r, std::vector<ResolvedStep> steps) {
+    std::vector<ResolvedLane> lanes(1);
+    lanes[0].sendConn = lanes[0].recvConn = connections[r].get();
+    lanes[0].steps = {step(algo::StepKind::Send, buffer[r].data(), nullptr, bytes)};
+    for (ResolvedStep& s : steps) lanes[0].steps.push_back(std::move(s));
+    return lanes;
+  }
+};
+}  // namespace
+
+TEST_CASE("an in-place swap moves every received byte with the copy for sent bytes, bounced or not") {
+  InPlacePair pair;
+  const size_t bytes = pair.bytes, slices = pair.slices;
+  INFO(slices << " slices, " << bytes << " bytes");
+  std::vector<std::vector<char>> scratch(2, std::vector<char>(bytes));
   std::vector<std::unique_ptr<Execution>> ranks;
   for (int r = 0; r < 2; ++r) {
     // The staged form the all-to-all generator makes in place, fused as the communicator fuses it.
-    std::vector<ResolvedLane> lanes(1);
-    lanes[0].sendConn = lanes[0].recvConn = connections[r].get();
-    lanes[0].steps = {step(algo::StepKind::Send, buffer[r].data(), nullptr, bytes),
-                      step(algo::StepKind::Recv, nullptr, scratch[r].data(), bytes),
-                      step(algo::StepKind::Copy, scratch[r].data(), buffer[r].data(), bytes)};
-    REQUIRE(core::fuseStagedReceives(lanes, scratch[r].data(), bytes, kSlice) == 1);
-    ranks.push_back(std::make_unique<Execution>("swap", std::move(lanes), nullptr, 1, kSlice, nullptr, slices));
+    std::vector<ResolvedLane> lanes = pair.lanesOf(r, {step(algo::StepKind::Recv, nullptr, scratch[r].data(), bytes),
+                                                        step(algo::StepKind::Copy, scratch[r].data(), pair.buffer[r].data(), bytes)});
+    REQUIRE(core::fuseStagedReceives(lanes, scratch[r].data(), bytes, InPlacePair::kSlice) == 1);
+    ranks.push_back(std::make_unique<Execution>("swap", std::move(lanes), nullptr, 1, InPlacePair::kSlice, nullptr, slices));
     ranks.back()->setCopy(&countPlain, &countSent);
   }
   plainCopied = sentCopied = 0;
   REQUIRE(runBoth(ranks));
-  CHECK(buffer[0] == original[1]);
-  CHECK(buffer[1] == original[0]);
+  CHECK(pair.buffer[0] == pair.original[1]);
+  CHECK(pair.buffer[1] == pair.original[0]);
   // Both ways are exercised: rank 0 goes first and bounces, rank 1 then finds some of its sends already read.
   const size_t bounced = ranks[0]->bouncedSlices() + ranks[1]->bouncedSlices();
   CHECK(bounced > 0);
@@ -250,33 +267,18 @@ TEST_CASE("an in-place swap moves every received byte with the copy for sent byt
 // reads waits for the peer to read them and never bounces; its peer here receives the same way unmarked, so it
 // bounces and reads rank 0's send meanwhile (were both marked, neither send would be read). Fresh random bytes.
 TEST_CASE("an in-place receive that waits out its own sends never bounces and gets every byte") {
-  const uint64_t hash = freshCommHash();
-  std::mt19937_64 rng(std::random_device{}());
-  constexpr size_t kSlice = 64 << 10;
-  const size_t slices = 9 + rng() % 16;
-  const size_t bytes = (slices - 1) * kSlice + 1 + rng() % kSlice;
-  INFO(slices << " slices, " << bytes << " bytes");
-  std::vector<std::vector<char>> buffer(2, std::vector<char>(bytes)), original(2);
-  std::vector<std::unique_ptr<transport::Transport>> transports;
-  std::vector<std::unique_ptr<transport::Connection>> connections;
-  for (int r = 0; r < 2; ++r) {
-    for (char& c : buffer[r]) c = static_cast<char>(rng());
-    original[r] = buffer[r];
-    transports.push_back(transport::makeLocalTransport({hash, 0, r, 2}));
-  }
-  for (int r = 0; r < 2; ++r) connections.push_back(transports[r]->connect(localPeer(1 - r), 0));
+  InPlacePair pair;
+  INFO(pair.slices << " slices, " << pair.bytes << " bytes");
   std::vector<std::unique_ptr<Execution>> ranks;
   for (int r = 0; r < 2; ++r) {
-    std::vector<ResolvedLane> lanes(1);
-    lanes[0].sendConn = lanes[0].recvConn = connections[r].get();
-    lanes[0].steps = {step(algo::StepKind::Send, buffer[r].data(), nullptr, bytes),
-                      step(algo::StepKind::Recv, nullptr, buffer[r].data(), bytes)};
-    lanes[0].steps[1].waitsOutOwnSends = r == 0;
-    ranks.push_back(std::make_unique<Execution>("swap", std::move(lanes), nullptr, 1, kSlice, nullptr, slices));
+    ResolvedStep receive = step(algo::StepKind::Recv, nullptr, pair.buffer[r].data(), pair.bytes);
+    receive.waitsOutOwnSends = r == 0;
+    ranks.push_back(std::make_unique<Execution>("swap", pair.lanesOf(r, {receive}), nullptr, 1, InPlacePair::kSlice,
+                                                nullptr, pair.slices));
   }
   REQUIRE(runBoth(ranks));
-  CHECK(buffer[0] == original[1]);
-  CHECK(buffer[1] == original[0]);
+  CHECK(pair.buffer[0] == pair.original[1]);
+  CHECK(pair.buffer[1] == pair.original[0]);
   CHECK(ranks[0]->bouncedSlices() == 0);
   CHECK(ranks[1]->bouncedSlices() > 0);  // rank 1 posted while its send was unread: the unmarked way still bounces
 }
