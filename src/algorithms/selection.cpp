@@ -236,7 +236,14 @@ std::vector<SelectionRow> socketPathRows() {
           {Collective::AllToAll, kSocketDoublingMinRanks, kSocketDoublingAllToAllWideRanks - 1, 0, kSocketDoublingAllToAllMaxBytes,
            Algorithm::RecursiveDoubling},
           {Collective::AllToAll, kSocketDoublingAllToAllWideRanks, INT32_MAX, 0, kSocketDoublingAllToAllWideMaxBytes,
-           Algorithm::RecursiveDoubling}};
+           Algorithm::RecursiveDoubling},
+          // One host over loopback TCP (shm turned off): all-reduce in two rounds at 1-16 MiB (1-4 MiB on 4 ranks).
+          {Collective::AllReduce, 3, 3, kSocketScatterGatherMinBytes, kSocketScatterGatherMaxBytes,
+           Algorithm::ReduceScatterAllGather, 1},
+          {Collective::AllReduce, 5, 7, kSocketScatterGatherMinBytes, kSocketScatterGatherMaxBytes,
+           Algorithm::ReduceScatterAllGather, 1},
+          {Collective::AllReduce, 4, 4, kSocketScatterGatherMinBytes, kSocketScatterGatherFourRanksMaxBytes,
+           Algorithm::ReduceScatterAllGather, 1}};
 }
 
 std::vector<SelectionRow> sharedCoreRows() {

@@ -91,6 +91,14 @@ inline constexpr uint64_t kSharedCoreRecursiveDoublingAllReduceMaxBytes = 8 << 1
 //     time up to 64 KiB in all (and 0.55-0.85x OpenMPI's over its TCP BTL); 1.4-2x from 256 KiB; at 128 KiB, 0.88x
 //     on 8 ranks, 1.07x on 6. On 3 ranks (Bruck's two rounds in turn, direct's two messages at once) 1.2-1.4x. Over
 //     shared memory, where a message costs little, its chained rounds lose (4-8 ranks: 1.3-1.8x).
+//   - AllReduce on one host as reduce_scatter_allgather (its two rounds against the ring's 2 (n-1) and
+//     halving-doubling's 2 log2 n; session 49): on 3, 5 and 6 ranks 0.75-0.93x the ring's time from 1 MiB to 4 MiB
+//     out of place and 0.79-0.91x in place, level at 16 MiB, 1.06x at 64 MiB on 3 (1.07x at 256 KiB); on 4 ranks
+//     0.73-0.80x halving-doubling's at 2 MiB (and in place at 1 MiB), level at 4 MiB, 1.02-1.08x at 8 MiB. 8 ranks
+//     were mixed (0.83x at 4 MiB, level elsewhere) and keep halving-doubling.
+inline constexpr uint64_t kSocketScatterGatherMinBytes = 1 << 20;
+inline constexpr uint64_t kSocketScatterGatherMaxBytes = 16 << 20;
+inline constexpr uint64_t kSocketScatterGatherFourRanksMaxBytes = 4 << 20;
 inline constexpr int kSocketDoublingMinRanks = 4;
 inline constexpr uint64_t kSocketDoublingAllGatherMaxBytes = 1 << 20;
 inline constexpr uint64_t kSocketHalvingReduceScatterMaxBytes = 4 << 20;

@@ -415,7 +415,7 @@ TEST_CASE("shared-core rows: 4-8 ranks sharing CPUs take recursive doubling for 
   CHECK(table.choose(Collective::AllGather, uint64_t{1} << 20, 4) == Algorithm::RecursiveDoubling);  // wherever asked
 }
 
-TEST_CASE("socket-path rows: 4 ranks and more take log2 n rounds for small all-to-all, all-reduce, all-gather, reduce-scatter") {
+TEST_CASE("socket-path rows: 4 ranks and more take log2 n rounds for small all-to-all, all-reduce, all-gather, reduce-scatter; one host's mid-size all-reduce two") {
   SelectionTable table = SelectionTable::defaults();
   CHECK(table.choose(Collective::AllToAll, 512, 4) == Algorithm::Direct);  // no socket pairs: not prepended
   table.prependRows(socketPathRows());
@@ -446,7 +446,17 @@ TEST_CASE("socket-path rows: 4 ranks and more take log2 n rounds for small all-t
   CHECK(table.choose(Collective::AllReduce, 8, 3) == Algorithm::Direct);
   CHECK(table.choose(Collective::AllGather, 8, 3) == Algorithm::Direct);
   CHECK(table.choose(Collective::AllReduce, uint64_t{64} << 10, 6) == Algorithm::Ring);
-  CHECK(table.choose(Collective::AllReduce, uint64_t{1} << 20, 4) == Algorithm::HalvingDoubling);  // nothing else moved
+  // All-reduce on one host in two rounds at 1-16 MiB on 3 and 5-7 ranks, at 1-4 MiB on 4; 8, 2 and two hosts keep theirs.
+  for (int ranks : {3, 4, 5, 6, 7}) {
+    CHECK(table.choose(Collective::AllReduce, (uint64_t{1} << 20) - 4, ranks) != Algorithm::ReduceScatterAllGather);
+    CHECK(table.choose(Collective::AllReduce, uint64_t{1} << 20, ranks) == Algorithm::ReduceScatterAllGather);
+    const uint64_t end = ranks == 4 ? uint64_t{4} << 20 : uint64_t{16} << 20;
+    CHECK(table.choose(Collective::AllReduce, end - 4, ranks) == Algorithm::ReduceScatterAllGather);
+    CHECK(table.choose(Collective::AllReduce, end, ranks) == (ranks == 4 ? Algorithm::HalvingDoubling : Algorithm::Ring));
+    CHECK(table.choose(Collective::AllReduce, uint64_t{2} << 20, ranks, 2) == Algorithm::Hierarchical);  // two hosts
+  }
+  for (int ranks : {2, 8}) CHECK(table.choose(Collective::AllReduce, uint64_t{2} << 20, ranks) != Algorithm::ReduceScatterAllGather);
+  CHECK(table.choose(Collective::AllReduce, uint64_t{4} << 20, 4) == Algorithm::HalvingDoubling);  // nothing else moved
   // A per-collective NCCL_ALGO rules; a global list, as NCCL's, leaves all-to-all alone.
   table.setFilter(AlgorithmFilter::parse("alltoall:direct"));
   CHECK(table.choose(Collective::AllToAll, 8, 4) == Algorithm::Direct);

@@ -106,21 +106,27 @@ TEST_CASE("every collective with NCCL_ALGO=allreduce:hd and 3 KiB slices on thre
   runMatrix(RankMode::Threads, 7, false, {{"NCCL_ALGO", "allreduce:hd"}, {"TOPOCCL_SLICE_BYTES", "3072"}});
 }
 
-// The default table picks halving-doubling for a 1 MiB all-reduce on 4 ranks of one host over shared memory,
-// the ring when those ranks talk over TCP (measured slower there), and halving-doubling again when NCCL_ALGO
-// asks for it. Each rank checks the plan it would run.
+// The default table's all-reduce on 4 ranks of one host: halving-doubling at 1 MiB over shared memory and two rounds
+// (reduce_scatter_allgather) from 64 MiB; over TCP two rounds at 1 MiB and halving-doubling at 8 MiB; the ring when
+// NCCL_ALGO asks for it. Each rank checks the plan it would run.
 namespace {
-int expectPlan(ncclComm_t comm, const char* want) {
+int expectPlan(ncclComm_t comm, size_t bytes, const char* want) {
   topocclPrediction_t p{};
-  if (topocclCommPredict(comm, "allreduce", 1 << 20, 0, &p) != ncclSuccess) return 1;
-  return std::string(p.plan) == want ? 0 : 1;
+  if (topocclCommPredict(comm, "allreduce", bytes, 0, &p) != ncclSuccess) return 1;
+  if (std::string(p.plan) == want) return 0;
+  std::fprintf(stderr, "allreduce at %zu B: plan %s, expected %s\n", bytes, p.plan, want);
+  return 1;
 }
 }  // namespace
 
-TEST_CASE("4 ranks on one host: halving-doubling all-reduce over shm and over TCP unless NCCL_ALGO forces the ring") {
-  CHECK(runRanks(RankMode::ProcessesShm, 4, [](int, int, ncclComm_t c) { return expectPlan(c, "halving_doubling"); }).failures == 0);
-  CHECK(runRanks(RankMode::ProcessesTcp, 4, [](int, int, ncclComm_t c) { return expectPlan(c, "halving_doubling"); }).failures == 0);
-  CHECK(runRanks(RankMode::ProcessesTcp, 4, [](int, int, ncclComm_t c) { return expectPlan(c, "ring"); },
+TEST_CASE("4 ranks on one host: all-reduce by halving-doubling or in two rounds by size and transport, the ring where NCCL_ALGO says") {
+  CHECK(runRanks(RankMode::ProcessesShm, 4, [](int, int, ncclComm_t c) {
+          return expectPlan(c, 1 << 20, "halving_doubling") + expectPlan(c, size_t{64} << 20, "reduce_scatter_allgather");
+        }).failures == 0);
+  CHECK(runRanks(RankMode::ProcessesTcp, 4, [](int, int, ncclComm_t c) {
+          return expectPlan(c, 1 << 20, "reduce_scatter_allgather") + expectPlan(c, 8 << 20, "halving_doubling");
+        }).failures == 0);
+  CHECK(runRanks(RankMode::ProcessesTcp, 4, [](int, int, ncclComm_t c) { return expectPlan(c, 1 << 20, "ring"); },
                  {{"NCCL_ALGO", "allreduce:ring"}}).failures == 0);
 }
 
