@@ -57,9 +57,9 @@ inline constexpr int kMemoryPathDirectMaxRanks = 8;
 //   a wait for a rank that may share a CPU with another (session 49, 2 vCPUs, shm, against the ring on 3, 5, 6 and 7
 //   ranks): 0.5-0.9x the ring's time out of place and 0.45-0.9x in place from 256 KiB to 128 MiB (3 ranks in place:
 //   level to 512 KiB); below, out of place as fast or faster, in place up to 1.6x slower (5 ranks, 128 KiB), so it
-//   starts at 256 KiB. Against halving-doubling on 4 and 8 ranks
-//   it was level or behind below 64 MiB in place (1.02-1.09x at 4-16 MiB, 1.9x at 64 KiB on 8) and ahead from there
-//   (0.86-0.89x both ways), so those two counts take it from 64 MiB.
+//   starts at 256 KiB. Against halving-doubling on 4 and 8 ranks it was level or behind below 64 MiB in place
+//   (1.02-1.09x at 4-16 MiB, 1.9x at 64 KiB on 8) and ahead from there (0.86-0.89x both ways), so those two counts
+//   take it from 64 MiB.
 inline constexpr uint64_t kMemoryPathScatterGatherMinBytes = 256 << 10;
 inline constexpr uint64_t kMemoryPathScatterGatherPowerOfTwoMinBytes = uint64_t{64} << 20;
 // - Direct AllReduce (every rank sends its input to every other and adds all n) is one round where
