@@ -64,6 +64,8 @@ class PlanBuilder {
     return {lane, static_cast<uint32_t>(steps.size() - 1)};
   }
 
+  Step& step(int rank, StepRef ref) { return plan_.ranks[static_cast<size_t>(rank)].lanes[ref.lane].steps[ref.step]; }
+
   void useScratch(uint32_t chunks) { plan_.scratchChunks = std::max(plan_.scratchChunks, chunks); }
 
   Plan finish(bool validInPlace, bool validOutOfPlace) {
@@ -131,11 +133,17 @@ void ringAllReduce(PlanBuilder& b, int n, int nchannels) {
       const int next = order[static_cast<size_t>(mod(i + 1, n))];
       const int prev = order[static_cast<size_t>(mod(i - 1, n))];
       const uint16_t lane = b.addLane(r, next, prev, ch);
-      b.add(r, lane, send(input(part(i - 1))));
+      const StepRef sent = b.add(r, lane, send(input(part(i - 1))));
       for (int s = 1; s <= n - 2; ++s) b.add(r, lane, recvReduceSend(input(part(i - 1 - s))));
-      b.add(r, lane, recvReduceCopySend(input(part(i)), output(part(i))));
+      const StepRef finished = b.add(r, lane, recvReduceCopySend(input(part(i)), output(part(i))));
       for (int t = 1; t <= n - 2; ++t) b.add(r, lane, recvCopySend(output(part(i - t))));
-      b.add(r, lane, recv(output(part(i + 1))));
+      const StepRef gathered = b.add(r, lane, recv(output(part(i + 1))));
+      if (n == 2) {
+        // The peer finishes the part we send and sends it straight back: where it may, it writes it into our output
+        // as it reduces (Step::resultReturnsIn), and neither its forward nor our receive moves those slices.
+        b.step(r, sent).resultReturnsIn = gathered;
+        b.step(r, finished).sendsResultOf = finished;
+      }
     }
   }
 }
@@ -819,13 +827,19 @@ void reduceScatterAllGather(PlanBuilder& b, int n) {
       partial = output(own);
     }
     for (size_t i = 0; i < peers.size(); ++i) {
-      b.add(r, sendLanes[i], after(send(output(own)), summed));
+      Step sendSum = after(send(output(own)), summed);
+      // The last peer summed in (r - 1) is the one whose send completes the sum: where it may, this rank writes the
+      // sum into that peer's output as it reduces, and this send skips what it wrote (Step::sendsResultOf).
+      if (i + 1 == peers.size()) sendSum.sendsResultOf = summed;
+      b.add(r, sendLanes[i], std::move(sendSum));
       // In place the gathered part lands over the part this rank sent to that peer, which the peer reads in its
       // sum, before it sends what this receive takes: waiting for that read costs nothing and saves a bounce copy
       // (0.8x the time at 256 KiB-1 MiB on 4 ranks in place).
       Step gather = after(recv(output(static_cast<uint32_t>(peers[i]))), partSent[i]);
       gather.waitsOutOwnSends = true;
-      b.add(r, recvLanes[i], std::move(gather));
+      const StepRef gathered = b.add(r, recvLanes[i], std::move(gather));
+      // Peer r + 1 sums our part of its part last: its sum comes back into this receive (the mark above, there).
+      if (i == 0) b.step(r, partSent[0]).resultReturnsIn = gathered;
     }
   }
 }

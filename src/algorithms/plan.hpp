@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,14 @@ struct Step {
   // reads that send without waiting on this receive (reduce_scatter_allgather's gather): where both sides of an
   // in-place exchange each waited for their own send, neither would be read. Plans from files never set it.
   bool waitsOutOwnSends = false;
+  // Result mirrors, marked in pairs by a generator that knows what the peer does with a send (plans from files never
+  // set them; the validator proves the plan without them). On a Send: the peer reduces these bytes into a result it
+  // then sends back to this rank's Recv `resultReturnsIn`, unchanged. On the peer's Send of that result:
+  // `sendsResultOf` is the receive-reduce that produced it (on a RecvReduceCopySend that forwards it back: itself). Where the connection lets the receiver write our memory
+  // (shm zero copy, one process), it writes each result slice straight into that Recv's destination as it reduces,
+  // and both the send back and the Recv skip the slice.
+  std::optional<StepRef> resultReturnsIn{};
+  std::optional<StepRef> sendsResultOf{};
 };
 
 // A lane (MSCCL thread block, NCCL channel) talks to at most one send peer and one receive peer.

@@ -201,17 +201,16 @@ SelectionTable SelectionTable::defaults() {
 
 std::vector<SelectionRow> memoryPathRows() {
   // Two ranks: recursive doubling (each reads the other's input and reduces into its own output, one step) below
-  // 1 MiB. Out of place it stays ahead to 8 MiB (the ring took 1.03-1.05x its time at 2-4 MiB; 1.7-2.8x where the two
-  // cores share no cache, session 29), but in place each rank's result overwrites the buffer its peer is reading,
-  // and every line crosses between the caches twice: at 2-8 MiB it took 1.3-2.5x the ring's time (session 42).
-  // Frameworks reduce gradients in place, and a rank cannot choose by placement (peers may differ), so the ring
-  // takes over at 1 MiB, where it was ahead both ways. Over loopback TCP the ring stays ahead (1.04-1.4x), so these
-  // rows are for memory paths only (perf/RESULTS.md).
+  // 16 KiB, then reduce_scatter_allgather, whose sums the peer's receive writes into our output as it reduces
+  // (kTwoRankRecursiveDoublingMaxBytes). In place recursive doubling's result overwrites the buffer its peer is
+  // reading, and every line crosses between the caches twice; a rank cannot choose by placement (peers may differ).
+  // Over loopback TCP the ring stays ahead (1.04-1.4x), so these rows are for memory paths only (perf/RESULTS.md).
   // Broadcast on 3 and more ranks goes direct from the tree's limit to 256 MiB (kMemoryPathDirectBroadcastMaxBytes), on
   // up to 8 ranks; more keep the tree to 64 MiB. All-gather (to 128 MiB) and reduce-scatter on 3-8 ranks go direct too.
   // All-reduce on 3-8 ranks: reduce_scatter_allgather from 256 KiB on 3, 5, 6 and 7 ranks, from 64 MiB on 4 and 8
   // (kMemoryPathScatterGatherMinBytes); 9 and more, unmeasured, keep the ring.
   return {{Collective::AllReduce, 2, 2, 0, kTwoRankRecursiveDoublingMaxBytes, Algorithm::RecursiveDoubling, 1},
+          {Collective::AllReduce, 2, 2, kTwoRankRecursiveDoublingMaxBytes, UINT64_MAX, Algorithm::ReduceScatterAllGather, 1},
           {Collective::AllReduce, 3, 3, kMemoryPathScatterGatherMinBytes, UINT64_MAX, Algorithm::ReduceScatterAllGather, 1},
           {Collective::AllReduce, 5, 7, kMemoryPathScatterGatherMinBytes, UINT64_MAX, Algorithm::ReduceScatterAllGather, 1},
           {Collective::AllReduce, 4, 4, kMemoryPathScatterGatherPowerOfTwoMinBytes, UINT64_MAX,

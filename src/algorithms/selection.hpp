@@ -25,8 +25,14 @@ namespace topoccl::algo {
 //   S = 9 alpha/beta (~200 KB), on 6 ranks (folding) near 2.6 alpha/beta (~60 KB): 64 KiB keeps
 //   recursive doubling where it wins on every rank count.
 inline constexpr uint64_t kRecursiveDoublingMaxBytes = 64 << 10;
-// Two ranks on a memory path keep recursive doubling further, to 1 MiB (memoryPathRows).
-inline constexpr uint64_t kTwoRankRecursiveDoublingMaxBytes = 1 << 20;
+// Two ranks on a memory path keep recursive doubling to 16 KiB; from there each sums half and, where the peer's
+// buffer is a shared allocation, writes the sum into both outputs (reduce_scatter_allgather's result mirrors): one
+// pass over half the bytes per rank instead of recursive doubling's over all of them, and no send back.
+// ncclMemAlloc buffers, 2 vCPUs, session 50: 0.35-0.65x recursive doubling's time at 16 KiB-256 KiB out of place and
+// 0.22-0.24x in place (whose sum lands over the buffer the peer reads); 0.75-0.86x the ring's at 1-16 MiB out of place
+// and 0.82-0.91x in place. Heap buffers, which the peer cannot map, take the plan's sends: 1.23x recursive doubling's
+// time at 16 KiB, level at 64 KiB-1 MiB, 1.05-1.1x the ring's at 4-16 MiB (perf/RESULTS.md).
+inline constexpr uint64_t kTwoRankRecursiveDoublingMaxBytes = 16 << 10;
 // - Binomial Broadcast / Reduce cost log2 n (alpha + S beta); the pipelined chain (n-1) alpha + S beta.
 //   They cross at S = (n-1-log2 n) / (log2 n - 1) alpha/beta: 1x on 4 ranks, 2x on 8, 3.7x on 16.
 inline constexpr uint64_t kTreeMaxBytes = 32 << 10;

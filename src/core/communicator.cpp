@@ -1203,6 +1203,8 @@ std::unique_ptr<Execution> Communicator::buildCollective(const CollectiveArgs& a
       r.kind = step.kind;
       r.deps = step.deps;
       r.waitsOutOwnSends = step.waitsOutOwnSends;
+      r.resultReturnsIn = step.resultReturnsIn;
+      r.sendsResultOf = step.sendsResultOf;
       size_t srcBytes = 0, dstBytes = 0;
       if (algo::stepReads(step.kind)) r.src = pointer(step.src, &srcBytes);
       if (algo::stepWrites(step.kind)) r.dst = pointer(step.dst, &dstBytes);
@@ -1213,6 +1215,7 @@ std::unique_ptr<Execution> Communicator::buildCollective(const CollectiveArgs& a
   }
   fuseStagedReceives(lanes, scratch, scratchSize, sliceBytes_);  // slices never exceed sliceBytes_
   fuseMirroredCopies(lanes);
+  linkResultMirrors(lanes);
   std::string name = std::string(algo::collectiveName(args.collective)) + " (" + plan.name + ", " +
                      std::to_string(args.count) + " x " + dataTypeName(args.type) + ")";
   auto execution = std::make_unique<Execution>(std::move(name), std::move(lanes), reduce, elem, sliceBytes_, &staging_, slicesPerStep_);

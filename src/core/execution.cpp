@@ -26,6 +26,7 @@ Execution::Execution(std::string operation, std::vector<ResolvedLane> lanes, ker
   stagingOf_.resize(lanes_.size());
   bounce_.resize(lanes_.size());
   mirroredBytes_.resize(lanes_.size());
+  bool resultMirrors = false;
   for (size_t l = 0; l < lanes_.size(); ++l) {
     stagingOf_[l].assign(lanes_[l].steps.size(), nullptr);
     mirroredBytes_[l].assign(lanes_[l].steps.size(), 0);
@@ -34,9 +35,23 @@ Execution::Execution(std::string operation, std::vector<ResolvedLane> lanes, ker
       step.slices = step.bytes == 0 ? 0 : (step.bytes + step.sliceBytes - 1) / step.sliceBytes;
       hasStaging_ |= step.kind == StepKind::RecvReduceSend;
       hasMirrors_ |= step.mirror != nullptr;
+      resultMirrors |= step.resultMirror != nullptr || step.returnsResult;
     }
   }
   placeStaging();
+  if (resultMirrors) {
+    mirroredSendTickets_.resize(lanes_.size());
+    resultWrittenBack_.resize(lanes_.size());
+    for (size_t l = 0; l < lanes_.size(); ++l) {
+      mirroredSendTickets_[l].resize(lanes_[l].steps.size());
+      resultWrittenBack_[l].resize(lanes_[l].steps.size());
+      for (size_t s = 0; s < lanes_[l].steps.size(); ++s) {
+        const ResolvedStep& step = lanes_[l].steps[s];
+        if (step.resultMirror != nullptr) mirroredSendTickets_[l][s].assign(step.slices, 0);
+        if (step.returnsResult) resultWrittenBack_[l][s].assign(step.slices, 0);
+      }
+    }
+  }
   for (const auto& lane : lanes_)
     for (auto* conn : {lane.sendConn, lane.recvConn})
       if (conn && std::find(connections_.begin(), connections_.end(), conn) == connections_.end())
@@ -127,6 +142,38 @@ void Execution::postSend(const LaneState& state, transport::Connection* conn, co
   ++posts_;
 }
 
+// The Send steps of result mirrors. One whose peer may write its result back (resultMirror): each slice goes that
+// way where the connection can, its ticket noted for the Recv that then skips it. The peer's send of that result
+// (sendsResultOf): each slice the reduce already wrote into the peer's memory is skipped.
+void Execution::postSendSlices(size_t laneIndex, const ResolvedStep& step) {
+  const LaneState& state = states_[laneIndex];
+  transport::Connection* conn = lanes_[laneIndex].sendConn;
+  std::vector<transport::Ticket>* tickets = step.resultMirror ? &mirroredSendTickets_[laneIndex][state.step] : nullptr;
+  const std::vector<uint8_t>* written = step.sendsResultOf ? &resultWrittenBack_[step.sendsResultOf->lane][step.sendsResultOf->step] : nullptr;
+  for (size_t slice = 0; slice < state.slices; ++slice) {
+    const char* data = step.src + slice * state.sliceBytes;
+    const size_t length = sliceLength(state, step, slice);
+    if (written != nullptr && (*written)[slice] != 0) {
+      ++slicesWrittenToPeer_;
+      continue;
+    }
+    if (tickets != nullptr) {
+      transport::Ticket ticket = 0;
+      conn->setPeerCopy(copy_);
+      if (conn->postSendResultMirrored(data, step.resultMirror + slice * state.sliceBytes, length, ticket)) {
+        (*tickets)[slice] = ticket;
+        inFlight_.push_back({conn, ticket, data, data + length});
+        unflushed_ |= state.sendBit;
+        sendsToFlush_ = posted_ = true;
+        ++posts_;
+        continue;
+      }
+      (*tickets)[slice] = 0;
+    }
+    postSend(state, conn, data, length, nullptr, step.route);
+  }
+}
+
 void Execution::flushPosted() {
   if (connections_.size() > kTrackedConnections) {
     for (auto* conn : connections_) conn->progress();
@@ -173,11 +220,28 @@ bool Execution::pumpReceives(size_t laneIndex) {
   while (state.slicesPosted < state.slices && state.slicesPosted - state.slicesDone < kWindow) {
     const size_t offset = state.slicesPosted * state.sliceBytes;
     const size_t length = sliceLength(state, step, state.slicesPosted);
+    const size_t slot = state.slicesPosted % kWindow;
+    state.bounced[slot] = false;
+    state.mirrorTickets[slot] = 0;
+    if (step.mirroredBy) {
+      // The peer writes this slice into our memory as it reduces what we sent it: nothing comes on the connection.
+      const transport::Ticket sent = mirroredSendTickets_[step.mirroredBy->lane][step.mirroredBy->step][state.slicesPosted];
+      if (sent != 0) {
+        state.mirrorTickets[slot] = sent;
+        ++slicesWrittenByPeer_;
+        ++state.slicesPosted;
+        moved_ = true;
+        continue;
+      }
+    }
     transport::RecvAction action;
     action.elementSize = elementSize_;
     action.copy = step.intoSentBytes ? sentBytesCopy_ : copy_;
-    const size_t slot = state.slicesPosted % kWindow;
-    state.bounced[slot] = false;
+    if (step.returnsResult) {
+      uint8_t& written = resultWrittenBack_[laneIndex][state.step][state.slicesPosted];
+      written = 0;
+      action.resultMirrored = &written;
+    }
     if (step.kind == StepKind::RecvReduceSend) {
       action.dst = stagingOf_[laneIndex][state.step] + offset;
     } else {
@@ -218,8 +282,14 @@ bool Execution::pumpReceives(size_t laneIndex) {
     unflushed_ &= ~state.recvBit;  // that connection took our sends to its peer too
   }
 
-  while (state.slicesDone < state.slicesPosted &&
-         lane.recvConn->recvsCompleted() >= state.recvTickets[state.slicesDone % kWindow]) {
+  transport::Connection* mirrorConn = step.mirroredBy ? lanes_[step.mirroredBy->lane].sendConn : nullptr;
+  while (state.slicesDone < state.slicesPosted) {
+    const size_t slot = state.slicesDone % kWindow;
+    if (mirrorConn != nullptr && state.mirrorTickets[slot] != 0) {
+      if (mirrorConn->sendsCompleted() < state.mirrorTickets[slot]) break;  // the peer is still writing it
+    } else if (lane.recvConn->recvsCompleted() < state.recvTickets[slot]) {
+      break;
+    }
     const size_t slice = state.slicesDone;
     const size_t length = sliceLength(state, step, slice);
     if (state.bounced[slice % kWindow]) {
@@ -230,7 +300,10 @@ bool Execution::pumpReceives(size_t laneIndex) {
       else std::memcpy(dst, from, length);
       state.bounced[slice % kWindow] = false;
     }
-    if (forwards) {
+    // A result the transport already wrote into the sender's memory (a result mirror) is not forwarded back to it.
+    if (forwards && step.sendsResultOf && resultWrittenBack_[laneIndex][state.step][slice] != 0) {
+      ++slicesWrittenToPeer_;
+    } else if (forwards) {
       const char* base = step.kind == StepKind::RecvReduceSend ? stagingOf_[laneIndex][state.step] : step.dst;
       postSend(state, lane.sendConn, base + slice * state.sliceBytes, length, nullptr, step.route);
     }
@@ -253,6 +326,10 @@ bool Execution::advanceLane(size_t laneIndex) {
     switch (step.kind) {
       case StepKind::Nop: break;
       case StepKind::Send: {
+        if (step.resultMirror != nullptr || step.sendsResultOf) {
+          postSendSlices(laneIndex, step);
+          break;
+        }
         // Mirrored: every slice, or all but a last one too short to go zero copy (a prime count's tail).
         size_t mirroredSlices = 0;
         if (step.mirror != nullptr && state.slices > 0) {
@@ -475,6 +552,61 @@ size_t fuseMirroredCopies(std::vector<ResolvedLane>& lanes) {
     }
   }
   return fused;
+}
+
+namespace {
+bool finishesBefore(const std::vector<ResolvedLane>& lanes, size_t a, size_t i, size_t b, size_t j);
+}  // namespace
+
+size_t linkResultMirrors(std::vector<ResolvedLane>& lanes) {
+  const auto find = [&](const algo::StepRef& ref) -> ResolvedStep* {
+    if (ref.lane >= lanes.size() || ref.step >= lanes[ref.lane].steps.size()) return nullptr;
+    return &lanes[ref.lane].steps[ref.step];
+  };
+  const auto samePeer = [](const transport::Connection* a, const transport::Connection* b) {
+    return a != nullptr && b != nullptr && a->peer() == b->peer();
+  };
+  size_t linked = 0;
+  for (size_t l = 0; l < lanes.size(); ++l)
+    for (size_t i = 0; i < lanes[l].steps.size(); ++i) {
+      ResolvedStep& send = lanes[l].steps[i];
+      if (send.resultReturnsIn) {
+        const algo::StepRef at = *send.resultReturnsIn;
+        ResolvedStep* recv = find(at);
+        // The Recv reads which slices the peer wrote back as this send posts them: it must start after.
+        const bool fits = send.kind == StepKind::Send && send.bytes > 0 && send.mirror == nullptr && recv != nullptr &&
+                          recv->kind == StepKind::Recv && recv->bytes == send.bytes && !recv->mirroredBy &&
+                          (recv->dst == send.src || !overlaps(recv->dst, recv->bytes, send.src, send.bytes)) &&
+                          samePeer(lanes[l].sendConn, lanes[at.lane].recvConn) && finishesBefore(lanes, l, i, at.lane, at.step);
+        if (fits) {
+          send.resultMirror = recv->dst;
+          recv->mirroredBy = algo::StepRef{static_cast<uint16_t>(l), static_cast<uint32_t>(i)};
+          ++linked;
+        } else {
+          send.resultReturnsIn.reset();
+        }
+      }
+      if (send.sendsResultOf) {
+        const algo::StepRef at = *send.sendsResultOf;
+        ResolvedStep* reduce = find(at);
+        // A Send reads which slices the reduce wrote back: it must start once the reduce is done. A receive that
+        // forwards its own result (rrcs) reads each slice's as it completes.
+        const bool itself = at.lane == l && at.step == i;
+        const bool fits = send.bytes > 0 && reduce != nullptr &&
+                          (itself ? send.kind == StepKind::RecvReduceCopySend
+                                  : send.kind == StepKind::Send && (reduce->kind == StepKind::RecvReduceCopy || reduce->kind == StepKind::Recv) &&
+                                        reduce->bytes == send.bytes && reduce->dst == send.src &&
+                                        finishesBefore(lanes, at.lane, at.step, l, i)) &&
+                          samePeer(lanes[l].sendConn, lanes[at.lane].recvConn);
+        if (fits) {
+          reduce->returnsResult = true;
+          ++linked;
+        } else {
+          send.sendsResultOf.reset();
+        }
+      }
+    }
+  return linked;
 }
 
 namespace {

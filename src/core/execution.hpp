@@ -40,6 +40,15 @@ struct ResolvedStep {
   bool intoSentBytes = false;
   // algo::Step::waitsOutOwnSends: a slice over bytes a send of ours still reads waits for it, never bounces.
   bool waitsOutOwnSends = false;
+  // Result mirrors (algo::Step::resultReturnsIn / sendsResultOf, linked by linkResultMirrors). On a Send:
+  // `resultMirror` is the destination of this rank's Recv `resultStep`, which skips each slice the peer wrote there.
+  // On the peer's Send of the result: `resultStep` is the receive-reduce it follows, whose slices that wrote their
+  // result into our peer's memory it skips. On that receive-reduce: `returnsResult`.
+  char* resultMirror = nullptr;
+  std::optional<algo::StepRef> resultReturnsIn{};
+  std::optional<algo::StepRef> sendsResultOf{};
+  std::optional<algo::StepRef> mirroredBy{};  // on the Recv `resultReturnsIn` names: the Send whose slices it skips
+  bool returnsResult = false;
   // How a sending step's bytes are posted (markSendRoutes): postSend, postSendCopyOut or postSendReadEarly.
   SendRoute route = SendRoute::Plain;
   // How the step is cut, set by Execution (sliceBytesFor): computed once, not on every run of the step.
@@ -72,6 +81,12 @@ size_t fuseStagedReceives(std::vector<ResolvedLane>& lanes, const char* scratch,
 // twice; elsewhere the Copy runs as before. Only where the Copy waits on nothing else and nothing writes the
 // source. Returns how many pairs it marked.
 size_t fuseMirroredCopies(std::vector<ResolvedLane>& lanes);
+
+// Checks the plan's result-mirror marks (algo::Step::resultReturnsIn, sendsResultOf) against the resolved lanes and
+// links them: a Send's mirror is its Recv's destination (same peer, same size), and the Recv and the receive-reduce
+// learn which step's slices they skip or flag. A mark that does not fit is dropped, with its steps run as they are.
+// Returns how many marks it linked.
+size_t linkResultMirrors(std::vector<ResolvedLane>& lanes);
 
 // Which sends leave the connection's default (SendRoute).
 struct SendRule {
@@ -174,6 +189,10 @@ class Execution {
   bool helpPeers();
   // Receive slices that landed in a bounce slot, over every run so far.
   size_t bouncedSlices() const { return bouncedSlices_; }
+  // Result mirrors, over every run so far: slices of our receives the peer wrote straight into our memory, and
+  // slices of our sends skipped because our receive had written their result into the peer's.
+  size_t slicesWrittenByPeer() const { return slicesWrittenByPeer_; }
+  size_t slicesWrittenToPeer() const { return slicesWrittenToPeer_; }
   // Records this run's call and steps in `trace` (null: none), from its next run on.
   void setTrace(ExecutionTrace* trace) { trace_ = trace; }
   // Sets how each send is posted (markSendRoutes).
@@ -200,6 +219,8 @@ class Execution {
     size_t slicesDone = 0;    // receives completed (and forwarded)
     std::array<transport::Ticket, kWindow> recvTickets{};  // slice i's ticket at [i % kWindow]
     std::array<bool, kWindow> bounced{};                    // slice i landed in bounce slot [i % kWindow]
+    // A Recv slice the peer writes as our result-mirrored send's mirror: done once that send's ticket completes.
+    std::array<transport::Ticket, kWindow> mirrorTickets{};
     uint64_t sendBit = 0;     // the lane's connections in unflushed_ (set once)
     uint64_t recvBit = 0;
     std::chrono::steady_clock::time_point stepStart{};     // traced runs only
@@ -216,6 +237,7 @@ class Execution {
   void finishStep(size_t laneIndex);
   void postSend(const LaneState& state, transport::Connection* conn, const char* data, size_t bytes, char* mirror = nullptr,
                 SendRoute route = SendRoute::Plain);
+  void postSendSlices(size_t laneIndex, const ResolvedStep& step);  // a Send step's slices, all at once
   void flushPosted();  // progresses the connections in unflushed_
   bool pumpReceives(size_t laneIndex);
   size_t sliceLength(const LaneState& state, const ResolvedStep& step, size_t slice) const;
@@ -238,6 +260,11 @@ class Execution {
   std::vector<std::vector<char*>> stagingOf_;  // [lane][step]
   std::vector<std::vector<char>> bounce_;      // [lane]: kWindow slots of kMaxBounceSliceBytes at most, made on first use
   std::vector<std::vector<size_t>> mirroredBytes_;  // [lane][step]: how much of that Copy the peer writes this run
+  // Result mirrors, per slice, written as each slice is posted this run (so never reset): [lane][step] of a Send with
+  // a resultMirror, the ticket of a slice the peer writes back (0: sent as usual); of a receive-reduce that
+  // returnsResult, 1 where the transport wrote its result into the peer's memory. Empty for other steps.
+  std::vector<std::vector<std::vector<transport::Ticket>>> mirroredSendTickets_;
+  std::vector<std::vector<std::vector<uint8_t>>> resultWrittenBack_;
   kernels::ReduceFn reduce_;
   size_t elementSize_;
   size_t sliceBytes_;
@@ -248,6 +275,8 @@ class Execution {
   CopyKernel fallbackCopy_ = CopyKernel::Cached;
   std::optional<CopyTuner::Shape> tunedShape_;
   size_t bouncedSlices_ = 0;
+  size_t slicesWrittenByPeer_ = 0;
+  size_t slicesWrittenToPeer_ = 0;
   bool hasStaging_ = false;    // some step is a RecvReduceSend (placeStaging has work)
   bool hasMirrors_ = false;    // some send is mirrored (mirroredBytes_ is reset per run)
   bool moved_ = false;

@@ -29,6 +29,9 @@ struct RecvAction {
   // How a plain copy moves the bytes; null: memcpy. (The executor passes kernels::streamingCopy when the
   // operation's buffers exceed the caches; transports stay below kernels.)
   CopyFn copy = nullptr;
+  // Set to 1 when the message came from postSendResultMirrored and this receive wrote its result into the sender's
+  // mirror too. Null: this receive expects none, and a message that asks for one is a protocol error.
+  uint8_t* resultMirrored = nullptr;
 };
 
 // One NIC a rank listens on (socket transport).
@@ -81,6 +84,16 @@ class Connection {
     return false;
   }
   virtual Ticket postSendMirrored(const void* data, void* mirror, size_t bytes);
+  // Result mirrors: the receiver writes what its receive makes of these bytes (dst, after any reduction) to `mirror`,
+  // memory of ours, as it goes, so that the result it would send back is here when the send completes (a 2-rank
+  // reduce-scatter then all-gather: each rank sums half and writes both copies). `mirror` is `data` itself (in
+  // place) or apart from it, and nothing may read or write it until then. Returns false, posting nothing, where the
+  // receiver cannot write our memory; the caller then posts the send as usual. The receive must pass
+  // RecvAction::resultMirrored.
+  virtual bool postSendResultMirrored(const void* data, void* mirror, size_t bytes, Ticket& ticket) {
+    (void)data, (void)mirror, (void)bytes, (void)ticket;
+    return false;
+  }
   // postSend for bytes the caller will overwrite within the same operation (a receive of its own lands there: an
   // in-place swap or recursive doubling). A connection whose peer would otherwise read `data` in place copies it
   // out instead, so the send completes without waiting for that read and the caller's receive can land at once.

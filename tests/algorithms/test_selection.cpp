@@ -339,14 +339,14 @@ TEST_CASE("GPU protocols: LL up to the threshold, Simple above, within NCCL_PROT
                        Catch::Contains("Simple"));
 }
 
-TEST_CASE("memory-path rows: two ranks on one host keep recursive doubling to 1 MiB, broadcast, all-gather and reduce-scatter go direct, sockets keep the ring") {
+TEST_CASE("memory-path rows: two ranks on one host keep recursive doubling to 16 KiB then sum halves, broadcast, all-gather and reduce-scatter go direct, sockets keep the ring") {
   SelectionTable table = SelectionTable::defaults();
   CHECK(table.choose(Collective::AllReduce, 512 << 10, 2) == Algorithm::Ring);  // without them (sockets)
   table.prependRows(memoryPathRows());
-  for (uint64_t bytes : {uint64_t{8}, uint64_t{64} << 10, uint64_t{512} << 10, (uint64_t{1} << 20) - 4})
+  for (uint64_t bytes : {uint64_t{0}, uint64_t{8}, uint64_t{4} << 10, (uint64_t{16} << 10) - 4})
     CHECK(table.choose(Collective::AllReduce, bytes, 2) == Algorithm::RecursiveDoubling);
-  for (uint64_t bytes : {uint64_t{1} << 20, uint64_t{8} << 20})
-    CHECK(table.choose(Collective::AllReduce, bytes, 2) == Algorithm::Ring);
+  for (uint64_t bytes : {uint64_t{16} << 10, uint64_t{512} << 10, uint64_t{1} << 20, uint64_t{8} << 20, uint64_t{1} << 30})
+    CHECK(table.choose(Collective::AllReduce, bytes, 2) == Algorithm::ReduceScatterAllGather);
   // All-reduce on 3, 5, 6 and 7 ranks: a direct reduce-scatter and all-gather from 256 KiB; on 4 and 8 from 64 MiB;
   // 9 and more keep the ring; two hosts take the hierarchical plan.
   for (int ranks : {3, 5, 6, 7}) {
@@ -360,7 +360,6 @@ TEST_CASE("memory-path rows: two ranks on one host keep recursive doubling to 1 
     CHECK(table.choose(Collective::AllReduce, uint64_t{64} << 20, ranks) == Algorithm::ReduceScatterAllGather);
   }
   CHECK(table.choose(Collective::AllReduce, 1 << 20, 9) == Algorithm::Ring);
-  CHECK(table.choose(Collective::AllReduce, uint64_t{1} << 30, 2) == Algorithm::Ring);
   CHECK(table.choose(Collective::AllReduce, 1 << 20, 4) == Algorithm::HalvingDoubling);
   CHECK(table.choose(Collective::AllReduce, 1 << 20, 2, 2) != Algorithm::RecursiveDoubling);  // two hosts
   CHECK(table.choose(Collective::AllGather, 1 << 20, 2) == Algorithm::Ring);

@@ -294,14 +294,24 @@ int gatherAndBroadcast(int rank, int nranks, ncclComm_t comm, size_t count, bool
 }  // namespace
 
 // The same all-reduce on ncclMemAlloc buffers, which peers read in place (zero copy): a part's gather then lands
-// over the part this rank sent, which the peer reads in its sum, so the gather waits for that read. Parts of many
-// slices, three calls of fresh values each way; small integers, so every order of summing gives the exact sum.
+// over the part this rank sent, which the peer reads in its sum, so the gather waits for that read; and the last
+// summand's peer writes the sum into this rank's output as it reduces (result mirrors), where both of this rank's
+// buffers are shared allocations. `heapRanks` ranks (the first ones) use private heap buffers instead, which their
+// peers cannot map: their sends and receives go the plain way while the others' go mirrored. Parts of many slices,
+// three calls of fresh values each way; small integers, so every order of summing gives the exact sum.
 namespace {
-int scatterGatherAllReduce(int rank, int nranks, ncclComm_t comm, size_t count, uint64_t seed) {
+int scatterGatherAllReduce(int rank, int nranks, ncclComm_t comm, size_t count, uint64_t seed, int heapRanks = 0) {
   void* in = nullptr;
   void* out = nullptr;
-  if (ncclMemAlloc(&in, count * sizeof(float)) != ncclSuccess || ncclMemAlloc(&out, count * sizeof(float)) != ncclSuccess)
+  std::vector<float> heapIn, heapOut;
+  if (rank < heapRanks) {
+    heapIn.resize(count);
+    heapOut.resize(count);
+    in = heapIn.data();
+    out = heapOut.data();
+  } else if (ncclMemAlloc(&in, count * sizeof(float)) != ncclSuccess || ncclMemAlloc(&out, count * sizeof(float)) != ncclSuccess) {
     return 1;
+  }
   auto* send = static_cast<float*>(in);
   auto* recv = static_cast<float*>(out);
   const auto value = [&](uint64_t s, int r, size_t i) { return static_cast<float>(static_cast<int>(blockValue(s, r, i) % 2001) - 1000); };
@@ -321,8 +331,10 @@ int scatterGatherAllReduce(int rank, int nranks, ncclComm_t comm, size_t count, 
     if (wrong) std::fprintf(stderr, "rank %d: call %d (%s): %zu of %zu wrong\n", rank, call, inPlace ? "in place" : "out of place", wrong, count);
     failures += wrong != 0;
   }
-  ncclMemFree(in);
-  ncclMemFree(out);
+  if (rank >= heapRanks) {
+    ncclMemFree(in);
+    ncclMemFree(out);
+  }
   return failures;
 }
 }  // namespace
@@ -330,13 +342,25 @@ int scatterGatherAllReduce(int rank, int nranks, ncclComm_t comm, size_t count, 
 TEST_CASE("reduce_scatter_allgather all-reduce on ncclMemAlloc buffers, in and out of place, on shm processes and threads") {
   const uint64_t seed = testSeed();
   INFO("seed " << seed);
-  for (const auto& [mode, nranks] : {std::pair{RankMode::ProcessesShm, 3}, std::pair{RankMode::ProcessesShm, 4},
-                                     std::pair{RankMode::Threads, 5}}) {
-    for (size_t count : {size_t{2}, size_t{65537}, size_t{786433}}) {  // primes; 786433 x 4 B: parts of 3-5 slices
-      INFO(rankModeName(mode) << ", " << nranks << " ranks, " << count << " floats");
+  struct Setup {
+    RankMode mode;
+    int nranks;
+    const char* algorithm;  // the 2-rank ring carries the same result mirrors
+    int heapRanks;
+  };
+  for (const Setup setup : {Setup{RankMode::ProcessesShm, 2, "allreduce:rsag", 0}, Setup{RankMode::ProcessesShm, 2, "allreduce:ring", 0},
+                            Setup{RankMode::ProcessesShm, 2, "allreduce:rsag", 1}, Setup{RankMode::ProcessesShm, 3, "allreduce:rsag", 0},
+                            Setup{RankMode::ProcessesShm, 4, "allreduce:rsag", 1}, Setup{RankMode::Threads, 2, "allreduce:ring", 0},
+                            Setup{RankMode::Threads, 5, "allreduce:rsag", 0}}) {
+    // primes; 786433 x 4 B: parts of 3-5 slices; 1031 x 4 B on 2 ranks: halves below the zero-copy threshold (8 KiB),
+    // 4099 x 4 B just above it
+    for (size_t count : {size_t{2}, size_t{1031}, size_t{4099}, size_t{65537}, size_t{786433}}) {
+      INFO(rankModeName(setup.mode) << ", " << setup.nranks << " ranks, " << setup.algorithm << ", " << setup.heapRanks
+                                    << " on the heap, " << count << " floats");
       const RunResult result = runRanks(
-          mode, nranks, [&](int rank, int n, ncclComm_t comm) { return scatterGatherAllReduce(rank, n, comm, count, seed); },
-          {{"NCCL_ALGO", "allreduce:rsag"}});
+          setup.mode, setup.nranks,
+          [&](int rank, int n, ncclComm_t comm) { return scatterGatherAllReduce(rank, n, comm, count, seed, setup.heapRanks); },
+          {{"NCCL_ALGO", setup.algorithm}});
       INFO(result.problems);
       CHECK(result.failures == 0);
     }

@@ -330,3 +330,128 @@ TEST_CASE("an in-place 2-rank recursive-doubling all-reduce reduces into its own
   CHECK(bounced < 2 * slices);
   CHECK(std::all_of(scratch[0].begin(), scratch[0].end(), [](char c) { return c == 0; }));  // never staged
 }
+
+namespace {
+// A 2-rank all-reduce as the generators lay it out with result mirrors (resolved by hand here): rank r sums part
+// r of the block (parts [0, half) and [half, count)) from its input and the peer's, the peer sends part r, and the
+// sum comes back to it. `ring`: one lane, send, recv-reduce-copy-send, recv (the 2-rank ring). Else two lanes as
+// reduce_scatter_allgather makes them: sends (the part, then the sum once reduced) and receives (the reduce, then
+// the gather). `marked` says which ranks carry the marks.
+std::vector<ResolvedLane> halvesAllReduce(bool ring, int r, transport::Connection* conn, float* in, float* out, size_t count,
+                                          bool marked) {
+  const size_t half = count / 2;
+  const auto part = [&](float* base, int p) { return reinterpret_cast<char*>(base + (p == 0 ? 0 : half)); };
+  const auto bytes = [&](int p) { return (p == 0 ? half : count - half) * sizeof(float); };
+  const int q = 1 - r;
+  using K = algo::StepKind;
+  std::vector<ResolvedLane> lanes;
+  if (ring) {
+    lanes.resize(1);
+    lanes[0].sendConn = lanes[0].recvConn = conn;
+    lanes[0].steps = {step(K::Send, part(in, q), nullptr, bytes(q)), step(K::RecvReduceCopySend, part(in, r), part(out, r), bytes(r)),
+                      step(K::Recv, nullptr, part(out, q), bytes(q))};
+    if (marked) {
+      lanes[0].steps[0].resultReturnsIn = algo::StepRef{0, 2};
+      lanes[0].steps[1].sendsResultOf = algo::StepRef{0, 1};
+    }
+    return lanes;
+  }
+  lanes.resize(2);
+  lanes[0].sendConn = conn;
+  lanes[1].recvConn = conn;
+  ResolvedStep sum = step(K::Send, part(out, r), nullptr, bytes(r));
+  sum.deps = {algo::StepRef{1, 0}};
+  ResolvedStep gather = step(K::Recv, nullptr, part(out, q), bytes(q));
+  gather.deps = {algo::StepRef{0, 0}};
+  gather.waitsOutOwnSends = true;
+  lanes[0].steps = {step(K::Send, part(in, q), nullptr, bytes(q)), sum};
+  lanes[1].steps = {step(K::RecvReduceCopy, part(in, r), part(out, r), bytes(r)), gather};
+  if (marked) {
+    lanes[0].steps[0].resultReturnsIn = algo::StepRef{1, 1};
+    lanes[0].steps[1].sendsResultOf = algo::StepRef{1, 0};
+  }
+  return lanes;
+}
+}  // namespace
+
+// Each rank's receive-reduce writes its half's sum into the peer's output too (the local transport lets it), so no
+// sum is sent back and no gather receives anything: every slice of the peer's half arrives that way. Fresh random
+// floats, a count that cuts the halves into 3-17 slices of 64 KiB with a ragged end, in and out of place, three runs
+// of the same executions. A float sum of two is exact against a double reference rounded once.
+TEST_CASE("2-rank all-reduce with result mirrors: each rank writes its half's sum into both outputs and sends none back") {
+  const bool ring = GENERATE(false, true);
+  const bool inPlace = GENERATE(false, true);
+  std::mt19937_64 rng(std::random_device{}());
+  std::uniform_real_distribution<float> value(-1000.0f, 1000.0f);
+  constexpr size_t kSlice = 64 << 10;
+  const size_t slices = 3 + rng() % 15;
+  const size_t count = 2 * (slices - 1) * (kSlice / sizeof(float)) + 1 + rng() % (2 * kSlice / sizeof(float));
+  INFO((ring ? "ring" : "reduce_scatter_allgather") << ", " << (inPlace ? "in place" : "out of place") << ", " << count << " floats");
+  const uint64_t hash = freshCommHash();
+  std::vector<std::unique_ptr<transport::Transport>> transports;
+  std::vector<std::unique_ptr<transport::Connection>> connections;
+  for (int r = 0; r < 2; ++r) transports.push_back(transport::makeLocalTransport({hash, 0, r, 2}));
+  for (int r = 0; r < 2; ++r) connections.push_back(transports[r]->connect(localPeer(1 - r), 0));
+  std::vector<std::vector<float>> input(2, std::vector<float>(count)), output(2, std::vector<float>(count));
+  std::vector<std::unique_ptr<Execution>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    float* out = inPlace ? input[r].data() : output[r].data();
+    std::vector<ResolvedLane> lanes = halvesAllReduce(ring, r, connections[r].get(), input[r].data(), out, count, true);
+    REQUIRE(core::linkResultMirrors(lanes) == 2);
+    ranks.push_back(std::make_unique<Execution>("allreduce", std::move(lanes), kernels::hostReduceFunction(DataType::Float32, ReduceOp::Sum),
+                                                sizeof(float), kSlice, nullptr, 16));
+  }
+  const auto slicesOf = [&](size_t floats) { return (floats * sizeof(float) + kSlice - 1) / kSlice; };
+  for (int run = 0; run < 3; ++run) {
+    std::vector<float> expected(count);
+    for (auto& in : input)
+      for (float& v : in) v = value(rng);
+    for (size_t i = 0; i < count; ++i) expected[i] = static_cast<float>(static_cast<double>(input[0][i]) + static_cast<double>(input[1][i]));
+    for (auto& out : output) std::fill(out.begin(), out.end(), -7.0f);
+    if (run > 0)
+      for (auto& rank : ranks) rank->reset();
+    REQUIRE(runBoth(ranks));
+    for (int r = 0; r < 2; ++r) {
+      INFO("run " << run << ", rank " << r);
+      CHECK((inPlace ? input[r] : output[r]) == expected);
+      if (!inPlace) CHECK(input[r] != expected);  // the input is left alone
+    }
+  }
+  const size_t firstHalf = slicesOf(count / 2), secondHalf = slicesOf(count - count / 2);
+  CHECK(ranks[0]->slicesWrittenByPeer() == 3 * secondHalf);  // rank 1 sums the second half
+  CHECK(ranks[1]->slicesWrittenByPeer() == 3 * firstHalf);
+  CHECK(ranks[0]->slicesWrittenToPeer() == 3 * firstHalf);
+  CHECK(ranks[1]->slicesWrittenToPeer() == 3 * secondHalf);
+}
+
+// Marks that do not fit the resolved steps are dropped and the steps run as they are; a peer that asks for a result
+// the receiving rank's step does not return (ranks running different plans) is an error, not a hang.
+TEST_CASE("result mirrors: misfit marks are dropped, and a send asking for a result no receive returns fails") {
+  const uint64_t hash = freshCommHash();
+  std::vector<std::unique_ptr<transport::Transport>> transports;
+  std::vector<std::unique_ptr<transport::Connection>> connections;
+  for (int r = 0; r < 2; ++r) transports.push_back(transport::makeLocalTransport({hash, 0, r, 2}));
+  for (int r = 0; r < 2; ++r) connections.push_back(transports[r]->connect(localPeer(1 - r), 0));
+  constexpr size_t kCount = 100003;  // prime: halves of 50001 and 50002 floats
+  std::vector<std::vector<float>> buffer(2, std::vector<float>(kCount, 1.5f));
+  {
+    std::vector<ResolvedLane> lanes = halvesAllReduce(true, 0, connections[0].get(), buffer[0].data(), buffer[0].data(), kCount, true);
+    lanes[0].steps[2].bytes -= sizeof(float);  // the receive no longer matches the send
+    CHECK(core::linkResultMirrors(lanes) == 1);  // the rrcs's own mark still fits
+    CHECK_FALSE(lanes[0].steps[0].resultReturnsIn);
+    CHECK(lanes[0].steps[0].resultMirror == nullptr);
+    lanes = halvesAllReduce(false, 0, connections[0].get(), buffer[0].data(), buffer[0].data(), kCount, true);
+    lanes[0].steps[1].deps.clear();  // the sum's send could start before the reduce finished
+    CHECK(core::linkResultMirrors(lanes) == 1);
+    CHECK_FALSE(lanes[0].steps[1].sendsResultOf);
+    CHECK_FALSE(lanes[1].steps[0].returnsResult);
+  }
+  std::vector<std::unique_ptr<Execution>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<ResolvedLane> lanes = halvesAllReduce(true, r, connections[r].get(), buffer[r].data(), buffer[r].data(), kCount, r == 0);
+    core::linkResultMirrors(lanes);
+    ranks.push_back(std::make_unique<Execution>("allreduce", std::move(lanes), kernels::hostReduceFunction(DataType::Float32, ReduceOp::Sum),
+                                                sizeof(float), 64 << 10, nullptr, 16));
+  }
+  CHECK_THROWS_WITH(runBoth(ranks), Catch::Contains("returns no result") && Catch::Contains("same plan"));
+}

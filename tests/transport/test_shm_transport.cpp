@@ -71,6 +71,14 @@ std::vector<float> randomFloats(size_t count, uint32_t seed) {
   return data;
 }
 
+// `bytes` (a multiple of 4) of random floats, never NaN, as bytes.
+std::vector<unsigned char> floatBytes(size_t bytes, uint64_t seed) {
+  const std::vector<float> floats = randomFloats(bytes / sizeof(float), static_cast<uint32_t>(seed));
+  std::vector<unsigned char> data(bytes);
+  std::memcpy(data.data(), floats.data(), bytes);
+  return data;
+}
+
 // Polls until `done` holds; a stuck transfer fails instead of hanging the suite.
 void pollUntil(const std::vector<Connection*>& connections, const std::function<bool()>& done,
                std::chrono::seconds limit = 60s) {
@@ -1232,6 +1240,148 @@ TEST_CASE("shm mirrored sends the receiver cannot write: the sender writes the m
   receiveAndCheck(*connection, expected, reduce, 1100);
   const ShmConnectionStats stats = shmConnectionStats(*connection);
   CHECK(stats.mirroredMessagesReceived == (stats.zeroCopyReceive ? receiverMirrored : 0u));
+  CHECK(finishChild(child) == "");
+  connection.reset();
+  CHECK(leftoverSegments(hash).empty());
+}
+
+// A result-mirrored send has the receiver write what its receive makes of the bytes (here: incoming + its operand)
+// into the sender's memory as it reduces: apart from the source, or over the source itself (in place). The sender
+// is told at post whether it went that way: not from a private buffer, into a private mirror, below the zero-copy
+// threshold, or onto a range that overlaps the source shifted. Each receive's flag says which it wrote; the sender
+// checks its mirrors (and that the bytes around them are untouched) against the receiver's operands, fresh floats.
+TEST_CASE("shm result mirrors: the receiver writes its reduced result into the sender's memory, apart or in place") {
+  SmallFifo settings(true);
+  config::setOverride("TOPOCCL_SHM_ZERO_COPY_THRESHOLD", "32768");
+  const uint64_t hash = freshCommHash();
+  const size_t arena = 4 * 1024 * 1024;
+  struct Piece {
+    bool sharedSource, sharedMirror;
+    size_t offset, bytes, mirrorOffset;  // mirrorOffset == offset with a shared source and mirror: in place
+    bool mirrored;
+  };
+  // Sizes in floats; one above kZeroCopyPiece (1 MiB) and off the 32 KiB block; two in place.
+  const std::vector<Piece> pieces = {
+      {true, true, 0, 32768, 2 * 1024 * 1024, true},
+      {true, true, 65536, 1024 * 1024 + 4100, 65536, true},          // in place
+      {true, true, 1200 * 1024, 40000, 2600 * 1024, true},
+      {true, true, 3 * 1024 * 1024, 32768 + 4, 3 * 1024 * 1024, true},  // in place
+      {false, true, 0, 65536, 3500 * 1024, false},                      // a private source
+      {true, false, 1100 * 1024, 65536, 0, false},                      // a private mirror
+      {true, true, 1150 * 1024, 16384, 3600 * 1024, false},             // below the threshold
+      {true, true, 1180 * 1024, 65536, 1180 * 1024 + 4096, false},      // overlapping, shifted
+  };
+  const uint64_t seed = hash & 0xffff;
+  const auto operandOf = [](size_t i, size_t bytes) { return randomFloats(bytes / sizeof(float), uint32_t(2000 + i)); };
+  const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
+    auto transport = makeShmTransport({hash, 0, 1, 2}, self);
+    auto connection = transport->connect(peer, 0);
+    pollUntil({connection.get()}, [&] { return shmConnectionStats(*connection).established; });
+    const auto content = floatBytes(arena, seed);
+    std::vector<unsigned char> privateBuffer(content);
+    auto* shared = static_cast<unsigned char*>(allocateShared(arena));
+    std::memcpy(shared, content.data(), arena);
+    std::vector<unsigned char> expected(content);  // the shared buffer once every send completed
+    Ticket last = 0;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const Piece& p = pieces[i];
+      const unsigned char* from = (p.sharedSource ? shared : privateBuffer.data()) + p.offset;
+      unsigned char* to = (p.sharedMirror ? shared : privateBuffer.data()) + p.mirrorOffset;
+      Ticket ticket = 0;
+      const bool mirrored = connection->postSendResultMirrored(from, to, p.bytes, ticket);
+      childCheck(mirrored == p.mirrored, "piece " + std::to_string(i) + (mirrored ? " went" : " did not go") + " result-mirrored");
+      if (!mirrored) ticket = connection->postSend(from, p.bytes);
+      last = ticket;
+      if (!mirrored) continue;
+      const std::vector<float> operand = operandOf(i, p.bytes);
+      for (size_t k = 0; k < p.bytes / sizeof(float); ++k) {
+        float incoming;
+        std::memcpy(&incoming, content.data() + p.offset + k * sizeof(float), sizeof(float));
+        const float sum = incoming + operand[k];
+        std::memcpy(expected.data() + p.mirrorOffset + k * sizeof(float), &sum, sizeof(float));
+      }
+    }
+    pollUntil({connection.get()}, [&] { return connection->sendsCompleted() == last; });
+    childCheck(std::memcmp(shared, expected.data(), arena) == 0, "the shared buffer does not hold the results (or more was written)");
+    childCheck(privateBuffer == content, "a private buffer was written");
+    freeShared(shared);
+  });
+  auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()));
+  auto connection = transport->connect(processPeer(1, child.pid), 0);
+  const auto content = floatBytes(arena, seed);
+  const auto sum = kernels::hostReduceFunction(DataType::Float32, ReduceOp::Sum);
+  std::vector<std::vector<float>> outputs, operands;
+  std::vector<uint8_t> written(pieces.size(), 7);
+  Ticket last = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    outputs.emplace_back(pieces[i].bytes / sizeof(float), -1.0f);
+    operands.push_back(operandOf(i, pieces[i].bytes));
+    RecvAction action;
+    action.dst = outputs.back().data();
+    action.operand = operands.back().data();
+    action.reduce = sum;
+    action.elementSize = sizeof(float);
+    action.resultMirrored = &written[i];
+    written[i] = 0;
+    last = connection->postRecv(action, pieces[i].bytes);
+  }
+  pollUntil({connection.get()}, [&] { return connection->recvsCompleted() == last; });
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    INFO("piece " << i << " of " << pieces[i].bytes << " bytes");
+    CHECK(written[i] == (pieces[i].mirrored ? 1 : 0));
+    size_t wrong = 0;
+    for (size_t k = 0; k < outputs[i].size(); ++k) {
+      float incoming;
+      std::memcpy(&incoming, content.data() + pieces[i].offset + k * sizeof(float), sizeof(float));
+      wrong += outputs[i][k] != incoming + operands[i][k];
+    }
+    CHECK(wrong == 0);
+  }
+  CHECK(shmConnectionStats(*connection).resultMirrorsWritten == 4);
+  CHECK(finishChild(child) == "");
+  connection.reset();
+  CHECK(leftoverSegments(hash).empty());
+}
+
+// A result-mirrored send that meets a receive which returns no result (ranks running different plans) fails both
+// ends, naming what happened, instead of leaving the sender waiting for a result that never comes.
+TEST_CASE("shm a result-mirrored send into a receive that returns none fails both ends") {
+  SmallFifo settings(true);
+  config::setOverride("TOPOCCL_SHM_ZERO_COPY_THRESHOLD", "32768");
+  const uint64_t hash = freshCommHash();
+  const Child child = startChild([&](const PeerInfo& self, const PeerInfo& peer) {
+    auto transport = makeShmTransport({hash, 0, 1, 2}, self);
+    auto connection = transport->connect(peer, 0);
+    pollUntil({connection.get()}, [&] { return shmConnectionStats(*connection).established; });
+    auto* shared = static_cast<unsigned char*>(allocateShared(65536));
+    Ticket ticket = 0;
+    childCheck(connection->postSendResultMirrored(shared, shared, 65536, ticket), "not result-mirrored");
+    try {
+      pollUntil({connection.get()}, [] { return false; }, 30s);
+    } catch (const Error& e) {
+      childCheck(e.code() == ncclRemoteError, std::string("child: wrong code for ") + e.what());
+      childCheck(std::string(e.what()).find("same plan") != std::string::npos, std::string("child: ") + e.what());
+    }
+    freeShared(shared);
+  });
+  auto transport = makeShmTransport({hash, 0, 0, 2}, processPeer(0, ::getpid()));
+  auto connection = transport->connect(processPeer(1, child.pid), 0);
+  std::vector<float> sink(65536 / sizeof(float), 1.0f), operand(sink.size(), 2.0f);
+  RecvAction action;
+  action.dst = sink.data();
+  action.operand = operand.data();
+  action.reduce = kernels::hostReduceFunction(DataType::Float32, ReduceOp::Sum);
+  action.elementSize = sizeof(float);
+  connection->postRecv(action, 65536);
+  std::string message;
+  try {
+    pollUntil({connection.get()}, [] { return false; }, 30s);
+  } catch (const Error& e) {
+    CHECK(e.code() == ncclRemoteError);
+    message = e.what();
+  }
+  CHECK_THAT(message, Catch::Contains("rank 1") && Catch::Contains("65536 bytes") && Catch::Contains("same plan"));
+  CHECK(std::all_of(sink.begin(), sink.end(), [](float v) { return v == 1.0f; }));  // nothing landed
   CHECK(finishChild(child) == "");
   connection.reset();
   CHECK(leftoverSegments(hash).empty());

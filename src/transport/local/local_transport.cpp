@@ -30,6 +30,7 @@ struct PostedSend {
   const void* data = nullptr;
   size_t bytes = 0;
   void* mirror = nullptr;  // postSendMirrored: the receiver copies the bytes here too
+  bool resultMirror = false;  // postSendResultMirrored: the receiver copies its result there instead
 };
 
 constexpr size_t kMirrorBlock = 32 << 10;  // mirrored receives read each block once into L1, then write it twice
@@ -124,6 +125,20 @@ void applyMirrored(const RecvAction& action, const void* incoming, void* mirror,
   }
 }
 
+// A result-mirrored send: each block's result (the receive's destination, after any reduction) goes to `mirror` while
+// it is in L1. In place `mirror` is `incoming` itself, whose block has been read by then.
+void applyResultMirrored(const RecvAction& action, const void* incoming, void* mirror, size_t bytes) {
+  const size_t block = action.operand == nullptr ? kMirrorBlock : kMirrorBlock / action.elementSize * action.elementSize;
+  for (size_t at = 0; at < bytes; at += block) {
+    const size_t n = std::min(block, bytes - at);
+    applyRecvAction(action, static_cast<const unsigned char*>(incoming) + at, n, at);
+    const auto* result = static_cast<const unsigned char*>(action.dst) + at;
+    if (action.copy) action.copy(static_cast<unsigned char*>(mirror) + at, result, n);
+    else std::memcpy(static_cast<unsigned char*>(mirror) + at, result, n);
+  }
+  *action.resultMirrored = 1;
+}
+
 class LocalConnection final : public Connection {
  public:
   LocalConnection(const CommIdentity& identity, int peerRank, int channel)
@@ -173,6 +188,20 @@ class LocalConnection final : public Connection {
     }
     ring(out_->toReceiver);
     return ++sendsPosted_;
+  }
+
+  // One address space: always, for `mirror` equal to `data` or apart from it.
+  bool postSendResultMirrored(const void* data, void* mirror, size_t bytes, Ticket& ticket) override {
+    const auto* d = static_cast<const unsigned char*>(data);
+    const auto* m = static_cast<const unsigned char*>(mirror);
+    if (bytes == 0 || data == nullptr || mirror == nullptr || (d != m && d < m + bytes && m < d + bytes)) return false;
+    {
+      std::lock_guard lock(out_->mutex);
+      out_->posted.push_back({data, bytes, mirror, true});
+    }
+    ring(out_->toReceiver);
+    ticket = ++sendsPosted_;
+    return true;
   }
 
   Ticket postRecv(const RecvAction& action, size_t bytes) override {
@@ -230,9 +259,12 @@ class LocalConnection final : public Connection {
         send = in_->posted.front();  // only this thread pops, so the front stays put
       }
       const PendingRecv& recv = recvs_.front();
-      if (send.bytes != recv.bytes) {
-        const std::string what = "receive of " + std::to_string(recv.bytes) + " bytes matched a send of " +
-                                 std::to_string(send.bytes) + " bytes";
+      if (send.bytes != recv.bytes || (send.resultMirror && recv.action.resultMirrored == nullptr)) {
+        const std::string what = send.bytes != recv.bytes
+                                     ? "receive of " + std::to_string(recv.bytes) + " bytes matched a send of " +
+                                           std::to_string(send.bytes) + " bytes"
+                                     : "receive of " + std::to_string(recv.bytes) +
+                                           " bytes returns no result, but its send asked for one (do both ranks run the same plan?)";
         {
           std::lock_guard lock(in_->mutex);
           in_->failure = what + " (rank " + std::to_string(inKey_.receiver) + ")";
@@ -242,7 +274,8 @@ class LocalConnection final : public Connection {
         throwRemoteError("local peer rank " + std::to_string(peer_) + " on channel " + std::to_string(channel_) + ": " + what);
       }
       // The sender's buffer is valid until `consumed` moves past it, so read it outside the lock.
-      if (send.mirror != nullptr) applyMirrored(recv.action, send.data, send.mirror, send.bytes);
+      if (send.resultMirror) applyResultMirrored(recv.action, send.data, send.mirror, send.bytes);
+      else if (send.mirror != nullptr) applyMirrored(recv.action, send.data, send.mirror, send.bytes);
       else applyRecvAction(recv.action, send.data, send.bytes);
       {
         std::lock_guard lock(in_->mutex);

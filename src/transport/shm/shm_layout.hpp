@@ -12,7 +12,8 @@
 namespace topoccl::transport::shm_layout {
 
 constexpr uint64_t kSegmentMagic = 0x746f706f73686d31ull;  // "toposhm1"
-constexpr uint32_t kLayoutVersion = 9;  // 7: small messages span several slots; 8: receiverPidNamespace; 9: copy offers
+constexpr uint32_t kLayoutVersion = 10;  // 7: small messages span several slots; 8: receiverPidNamespace; 9: copy offers;
+                                         // 10: result mirrors
 constexpr size_t kAlign = 64;                               // cache line; slot payloads are multiples of it
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
@@ -23,6 +24,9 @@ enum SlotKind : uint32_t { kInlineFragment = 1, kCmaDescriptor = 2, kTinyMessage
 // kSharedBuffer's `shared.flags`: the next slot (kSharedMirror, published first) names a shared allocation of the
 // sender's that the receiver also copies the message into (Connection::postSendMirrored).
 constexpr uint32_t kMirrorFollows = 1;
+// With kMirrorFollows: the mirror gets the receive's result (its destination after any reduction), not the bytes
+// sent (Connection::postSendResultMirrored).
+constexpr uint32_t kResultMirror = 2;
 constexpr size_t kTinyBytes = 32;  // messages this small travel inside their descriptor's cache line
 // Up to this many more bytes travel in the descriptor slots that follow (kContinuationBytes each): consecutive lines
 // the receiver reads right after the first, instead of a line of the payload ring it has to look up first.

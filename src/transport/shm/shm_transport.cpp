@@ -228,6 +228,7 @@ struct PendingSend {
   bool receiverWritesMirror = false;  // a mirrored send published as such: whoever copies a block writes its mirror
   bool copyOut = false;               // postSendCopyOut: through the FIFO, never read in place (zero copy or CMA)
   bool readEarly = false;             // postSendReadEarly: zero copy from readEarlyBytes_ already
+  bool resultMirror = false;          // postSendResultMirrored: published zero copy, the receiver writes its result
 };
 
 struct PendingRecv {
@@ -328,6 +329,24 @@ class ShmConnection final : public Connection {
     }
     sends_.push_back({static_cast<const unsigned char*>(data), bytes, static_cast<unsigned char*>(mirror), 0, false, 0, peerCopy_});
     return ++sendsPosted_;
+  }
+
+  // Zero copy, both buffers shared allocations: decided here, so the caller knows at once whether the receiver will
+  // write the result (it skips its receive of it then).
+  bool postSendResultMirrored(const void* data, void* mirror, size_t bytes, Ticket& ticket) override {
+    if (bytes == 0 || data == nullptr || mirror == nullptr || !outEstablished_ || outZeroCopyThreshold_ == 0 ||
+        out_.descriptorCount < 2 || bytes < std::min(outZeroCopyThreshold_, readEarlyBytes_)) {
+      return false;
+    }
+    const auto* d = static_cast<const unsigned char*>(data);
+    const auto* m = static_cast<const unsigned char*>(mirror);
+    if (d != m && d < m + bytes && m < d + bytes) return false;  // overlapping, shifted
+    if (!findShared(data, bytes) || !findShared(mirror, bytes)) return false;
+    PendingSend send{d, bytes, static_cast<unsigned char*>(mirror), 0, false, 0, peerCopy_};
+    send.resultMirror = true;
+    sends_.push_back(send);
+    ticket = ++sendsPosted_;
+    return true;
   }
 
   Ticket postRecv(const RecvAction& action, size_t bytes) override {
@@ -431,6 +450,7 @@ class ShmConnection final : public Connection {
     s.zeroCopySend = outEstablished_ && outZeroCopyThreshold_ != 0;
     s.zeroCopyMessagesReceived = zeroCopyMessagesReceived_;
     s.mirroredMessagesReceived = mirroredMessagesReceived_;
+    s.resultMirrorsWritten = resultMirrorsWritten_;
     s.senderMirroredMessages = senderMirroredMessages_;
     s.sharedCopyOffers = sharedCopyOffers_;
     s.blocksCopiedBySender = blocksCopiedBySender_;
@@ -621,6 +641,7 @@ class ShmConnection final : public Connection {
   struct SharedSource {
     const unsigned char* base = nullptr;
     unsigned char* mirror = nullptr;
+    bool resultMirror = false;  // the mirror gets the receive's destination bytes, not the sender's
   };
   SharedSource mapSharedSource(const PendingRecv& recv, const SlotDescriptor& slot, const SlotDescriptor* mirror) {
     const auto malformed = [&](const SlotDescriptor& s) {
@@ -635,6 +656,7 @@ class ShmConnection final : public Connection {
     if (mirror != nullptr) {
       source.mirror = peerAllocation(mirror->shared.fd, mirror->shared.inode, mirror->shared.offset + recv.bytes).mapping.bytes() +
                       mirror->shared.offset;
+      source.resultMirror = (slot.shared.flags & kResultMirror) != 0;
     }
     return source;
   }
@@ -650,8 +672,10 @@ class ShmConnection final : public Connection {
       const size_t from = at + done;
       const size_t block = std::min(kMirrorBlock, bytes - done);
       applyAt(recv, source.base + from, from, block);
-      if (recv.action.copy) recv.action.copy(source.mirror + from, source.base + from, block);
-      else std::memcpy(source.mirror + from, source.base + from, block);
+      // A result mirror in place is the sender's buffer itself: this block of it is read by now.
+      const unsigned char* bytesOut = source.resultMirror ? static_cast<const unsigned char*>(recv.action.dst) + from : source.base + from;
+      if (recv.action.copy) recv.action.copy(source.mirror + from, bytesOut, block);
+      else std::memcpy(source.mirror + from, bytesOut, block);
     }
   }
 
@@ -855,8 +879,14 @@ class ShmConnection final : public Connection {
           completeRecv();
         }
       } else if (slot.kind == kSharedBuffer && header->zeroCopyThreshold != 0) {
-        if (slot.offset != 0 || (slot.shared.flags & ~kMirrorFollows) != 0) {
+        if (slot.offset != 0 || (slot.shared.flags & ~(kMirrorFollows | kResultMirror)) != 0 ||
+            slot.shared.flags == kResultMirror) {
           throwRemoteError(peerName() + " sent a malformed shared-buffer descriptor" + onChannel());
+        }
+        const bool resultMirror = (slot.shared.flags & kResultMirror) != 0;
+        if (resultMirror && recv.action.resultMirrored == nullptr) {
+          reportToSender("a send asked for the result of a receive of " + std::to_string(recv.bytes) +
+                         " bytes in its memory, but that receive's plan step returns none (do both ranks run the same plan?)");
         }
         const SlotDescriptor* mirror = nullptr;
         if ((slot.shared.flags & kMirrorFollows) != 0) {
@@ -867,12 +897,16 @@ class ShmConnection final : public Connection {
             throwRemoteError(peerName() + " sent a shared-buffer descriptor without its mirror" + onChannel());
           }
         }
-        if (recv.offset == 0 && !recv.offered) offerSharedCopy(recv);
+        if (recv.offset == 0 && !recv.offered && !resultMirror) offerSharedCopy(recv);
         if (!(recv.offered ? pullSharedTogether(recv, slot, mirror, budget) : pullShared(recv, slot, mirror, budget))) return;
         releaseIncomingSlot();  // the sender's buffer is free again
         if (mirror != nullptr) {
           releaseIncomingSlot();  // and its mirror written
           ++mirroredMessagesReceived_;
+        }
+        if (resultMirror) {
+          *recv.action.resultMirrored = 1;
+          ++resultMirrorsWritten_;
         }
         ++zeroCopyMessagesReceived_;
         completeRecv();
@@ -950,7 +984,11 @@ class ShmConnection final : public Connection {
   }
 
   [[noreturn]] void reportSizeMismatch(size_t expected, size_t sent) {
-    const std::string what = "receive of " + std::to_string(expected) + " bytes matched a send of " + std::to_string(sent) + " bytes";
+    reportToSender("receive of " + std::to_string(expected) + " bytes matched a send of " + std::to_string(sent) + " bytes");
+  }
+
+  // Fails this receive and tells the sender why (it reads receiverFailed in its progress()).
+  [[noreturn]] void reportToSender(const std::string& what) {
     SegmentHeader* header = in_.header;
     std::snprintf(header->failureText, sizeof(header->failureText), "%s", what.c_str());
     header->receiverFailed.store(1, std::memory_order_release);
@@ -1077,6 +1115,13 @@ class ShmConnection final : public Connection {
     while (nextToPublish_ < sends_.size()) {
       if (!claimOutgoingSlots(1)) break;
       PendingSend& send = sends_[nextToPublish_];
+      if (send.resultMirror) {  // zero copy was promised at post; the allocations outlive the send
+        const std::optional<SharedRange> data = findShared(send.data, send.bytes);
+        const std::optional<SharedRange> mirror = findShared(send.mirror, send.bytes);
+        if (!data || !mirror) throwInternalError(describe() + ": a result-mirrored send's buffers are no longer shared allocations");
+        if (!publishMirrored(send, *data, *mirror, kResultMirror)) break;
+        continue;
+      }
       std::optional<SharedRange> shared;
       const uint64_t zeroCopyFrom = send.readEarly ? std::min(outZeroCopyThreshold_, readEarlyBytes_) : outZeroCopyThreshold_;
       if (outZeroCopyThreshold_ != 0 && !send.copyOut && send.offset == 0 && send.bytes >= zeroCopyFrom)
@@ -1145,7 +1190,8 @@ class ShmConnection final : public Connection {
 
   // A mirrored send takes two slots: kSharedBuffer naming the data, then kSharedMirror naming the mirror. The
   // mirror's slot is published first, so a receiver that sees the first sees both. False while two are not free.
-  bool publishMirrored(PendingSend& send, const SharedRange& data, const SharedRange& mirror) {
+  // extraFlags: kResultMirror.
+  bool publishMirrored(PendingSend& send, const SharedRange& data, const SharedRange& mirror, uint32_t extraFlags = 0) {
     if (!claimOutgoingSlots(2)) return false;
     const auto describeRange = [&](SlotDescriptor& slot, const SharedRange& range, SlotKind kind, uint32_t flags) {
       slot.messageBytes = send.bytes;
@@ -1160,7 +1206,7 @@ class ShmConnection final : public Connection {
     };
     SlotDescriptor& first = out_.slotDescriptor(outHead_);
     SlotDescriptor& second = out_.slotDescriptor(outHead_ + 1);
-    describeRange(first, data, kSharedBuffer, kMirrorFollows);
+    describeRange(first, data, kSharedBuffer, kMirrorFollows | extraFlags);
     describeRange(second, mirror, kSharedMirror, 0);
     payloadEndAt_[outHead_ % payloadEndAt_.size()] = payloadHead_;
     payloadEndAt_[(outHead_ + 1) % payloadEndAt_.size()] = payloadHead_;
@@ -1277,6 +1323,7 @@ class ShmConnection final : public Connection {
   uint64_t cmaMessagesReceived_ = 0;
   uint64_t zeroCopyMessagesReceived_ = 0;
   uint64_t mirroredMessagesReceived_ = 0;
+  uint64_t resultMirrorsWritten_ = 0;
   uint64_t senderMirroredMessages_ = 0;
   uint64_t sharedCopyOffers_ = 0;
   uint64_t blocksCopiedBySender_ = 0;

@@ -57,6 +57,7 @@ struct ShmConnectionStats {
   bool zeroCopySend = false;     // the peer maps ours
   uint64_t zeroCopyMessagesReceived = 0;
   uint64_t mirroredMessagesReceived = 0;  // of those, how many we also copied into the sender's mirror
+  uint64_t resultMirrorsWritten = 0;      // of those, how many got our receive's result (postSendResultMirrored)
   uint64_t senderMirroredMessages = 0;    // mirrored sends of ours whose mirror we wrote (the peer could not map it)
   uint64_t sharedCopyOffers = 0;          // zero-copy receives whose copy we offered to share with the sender
   uint64_t blocksCopiedBySender = 0;      // blocks of those the sender copied into our buffers
