@@ -207,16 +207,25 @@ std::vector<SelectionRow> memoryPathRows() {
   // Over loopback TCP the ring stays ahead (1.04-1.4x), so these rows are for memory paths only (perf/RESULTS.md).
   // Broadcast on 3 and more ranks goes direct from the tree's limit to 256 MiB (kMemoryPathDirectBroadcastMaxBytes), on
   // up to 8 ranks; more keep the tree to 64 MiB. All-gather (to 128 MiB) and reduce-scatter on 3-8 ranks go direct too.
-  // All-reduce on 3-8 ranks: reduce_scatter_allgather from 256 KiB on 3, 5, 6 and 7 ranks, from 64 MiB on 4 and 8
-  // (kMemoryPathScatterGatherMinBytes); 9 and more, unmeasured, keep the ring.
+  // All-reduce on 3-8 ranks: reduce_scatter_allgather from 64 KiB on 3, 4 and 6 ranks, from 256 KiB on 5 and 7, from
+  // 1 MiB on 8 (kMemoryPathScatterGatherMinBytes); 9 and more, unmeasured, keep the ring.
+  // GPU buffers keep the rows from before result mirrors (the executor's, host memory only), unmeasured since on a
+  // GPU: recursive doubling on 2 ranks to 1 MiB, reduce_scatter_allgather from 256 KiB on 3 and 5-7 ranks and from
+  // 64 MiB on 4 and 8 (and from 256 KiB the GPU path widens its calls to a many-lane ring anyway).
+  const auto hostOnly = [](SelectionRow row) {
+    row.hostBuffersOnly = true;
+    return row;
+  };
   return {{Collective::AllReduce, 2, 2, 0, kTwoRankRecursiveDoublingMaxBytes, Algorithm::RecursiveDoubling, 1},
-          {Collective::AllReduce, 2, 2, kTwoRankRecursiveDoublingMaxBytes, UINT64_MAX, Algorithm::ReduceScatterAllGather, 1},
-          {Collective::AllReduce, 3, 3, kMemoryPathScatterGatherMinBytes, UINT64_MAX, Algorithm::ReduceScatterAllGather, 1},
-          {Collective::AllReduce, 5, 7, kMemoryPathScatterGatherMinBytes, UINT64_MAX, Algorithm::ReduceScatterAllGather, 1},
-          {Collective::AllReduce, 4, 4, kMemoryPathScatterGatherPowerOfTwoMinBytes, UINT64_MAX,
-           Algorithm::ReduceScatterAllGather, 1},
-          {Collective::AllReduce, 8, 8, kMemoryPathScatterGatherPowerOfTwoMinBytes, UINT64_MAX,
-           Algorithm::ReduceScatterAllGather, 1},
+          hostOnly({Collective::AllReduce, 2, 2, kTwoRankRecursiveDoublingMaxBytes, UINT64_MAX, Algorithm::ReduceScatterAllGather, 1}),
+          hostOnly({Collective::AllReduce, 3, 4, kMemoryPathScatterGatherMinBytes, UINT64_MAX, Algorithm::ReduceScatterAllGather, 1}),
+          hostOnly({Collective::AllReduce, 6, 6, kMemoryPathScatterGatherMinBytes, UINT64_MAX, Algorithm::ReduceScatterAllGather, 1}),
+          hostOnly({Collective::AllReduce, 8, 8, kMemoryPathScatterGatherEightMinBytes, UINT64_MAX, Algorithm::ReduceScatterAllGather, 1}),
+          {Collective::AllReduce, 2, 2, kTwoRankRecursiveDoublingMaxBytes, kGpuTwoRankRecursiveDoublingMaxBytes, Algorithm::RecursiveDoubling, 1},
+          {Collective::AllReduce, 3, 3, kMemoryPathScatterGatherOddMinBytes, UINT64_MAX, Algorithm::ReduceScatterAllGather, 1},
+          {Collective::AllReduce, 5, 7, kMemoryPathScatterGatherOddMinBytes, UINT64_MAX, Algorithm::ReduceScatterAllGather, 1},
+          {Collective::AllReduce, 4, 4, kGpuScatterGatherPowerOfTwoMinBytes, UINT64_MAX, Algorithm::ReduceScatterAllGather, 1},
+          {Collective::AllReduce, 8, 8, kGpuScatterGatherPowerOfTwoMinBytes, UINT64_MAX, Algorithm::ReduceScatterAllGather, 1},
           {Collective::Broadcast, 3, kMemoryPathDirectMaxRanks, kTreeMaxBytes, kMemoryPathDirectBroadcastMaxBytes,
            Algorithm::Direct, 1},
           {Collective::Broadcast, kMemoryPathDirectMaxRanks + 1, INT32_MAX, kTreeMaxBytes,
@@ -339,10 +348,11 @@ SelectionTable SelectionTable::fromConfig() {
   return t;
 }
 
-Algorithm SelectionTable::choose(Collective c, uint64_t bytes, int nranks, int nhosts) const {
+Algorithm SelectionTable::choose(Collective c, uint64_t bytes, int nranks, int nhosts, bool gpuBuffers) const {
   if (nranks < 1) throwInvalidArgument("algorithm selection: nranks " + std::to_string(nranks) + " must be at least 1");
   const auto usable = [&](Algorithm a) { return algorithmSupports(a, c) && filter_.allows(c, a); };
   for (const SelectionRow& row : rows_) {
+    if (row.hostBuffersOnly && gpuBuffers) continue;
     if (row.collective == c && nranks >= row.minRanks && nranks <= row.maxRanks && nhosts <= row.maxHosts &&
         nhosts >= row.minHosts && bytes >= row.minBytes &&
         (row.maxBytes == UINT64_MAX || bytes < row.maxBytes) && usable(row.algorithm)) {
@@ -359,7 +369,7 @@ Algorithm SelectionTable::choose(Collective c, uint64_t bytes, int nranks, int n
   for (const bool matchRanks : {true, false}) {
     const SelectionRow* nearest = nullptr;
     for (const SelectionRow& row : rows_) {
-      if (row.collective != c || !usable(row.algorithm)) continue;
+      if (row.collective != c || !usable(row.algorithm) || (row.hostBuffersOnly && gpuBuffers)) continue;
       if (matchRanks && (nranks < row.minRanks || nranks > row.maxRanks || nhosts > row.maxHosts || nhosts < row.minHosts))
         continue;
       // Equally near outside their ranges: the later row, which the table means for larger sizes.
@@ -387,6 +397,7 @@ std::string SelectionTable::describe() const {
     if (row.minHosts > 1) ranks += ", >=" + std::to_string(row.minHosts) + " hosts";
     const std::string bytes = "[" + bytesText(row.minBytes) + ", " + bytesText(row.maxBytes) + ")";
     std::string algorithm = algorithmName(row.algorithm);
+    if (row.hostBuffersOnly) algorithm += " (host buffers)";
     if (!filter_.allows(row.collective, row.algorithm)) algorithm += " (excluded by NCCL_ALGO)";
     out += pad(collectiveName(row.collective), 15) + pad(ranks, 14) + pad(bytes, 24) + algorithm + "\n";
   }

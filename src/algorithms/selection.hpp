@@ -60,14 +60,22 @@ inline constexpr uint64_t kMemoryPathDirectAllGatherMaxBytes = uint64_t{128} << 
 inline constexpr int kMemoryPathDirectMaxRanks = 8;
 // - On a memory path AllReduce on 3-8 ranks is a direct reduce-scatter then a direct all-gather
 //   (reduce_scatter_allgather): two dependent rounds where the ring takes 2 (n-1) and halving-doubling 2 log2 n, each
-//   a wait for a rank that may share a CPU with another (session 49, 2 vCPUs, shm, against the ring on 3, 5, 6 and 7
-//   ranks): 0.5-0.9x the ring's time out of place and 0.45-0.9x in place from 256 KiB to 128 MiB (3 ranks in place:
-//   level to 512 KiB); below, out of place as fast or faster, in place up to 1.6x slower (5 ranks, 128 KiB), so it
-//   starts at 256 KiB. Against halving-doubling on 4 and 8 ranks it was level or behind below 64 MiB in place
-//   (1.02-1.09x at 4-16 MiB, 1.9x at 64 KiB on 8) and ahead from there (0.86-0.89x both ways), so those two counts
-//   take it from 64 MiB.
-inline constexpr uint64_t kMemoryPathScatterGatherMinBytes = 256 << 10;
-inline constexpr uint64_t kMemoryPathScatterGatherPowerOfTwoMinBytes = uint64_t{64} << 20;
+//   a wait for a rank that may share a CPU with another. Session 49 (2 vCPUs, shm, against the ring on 3, 5, 6 and 7
+//   ranks): 0.5-0.9x the ring's time out of place and 0.45-0.9x in place from 256 KiB to 128 MiB; below, in place up
+//   to 1.6x slower (5 ranks, 128 KiB). Since session 50 the last summand's peer writes each sum into its owner's
+//   output as it reduces (result mirrors, ncclMemAlloc buffers), one gather message in n-1 fewer: on 3, 4 and 6 ranks
+//   0.56-0.8x the time of the ring or halving-doubling at 64-128 KiB out of place and 0.7-1.0x in place, 4 ranks
+//   0.52-0.95x from there to 32 MiB both ways and level at 64 MiB; at 16-32 KiB out of place up to 1.9x slower. 5 and
+//   7 ranks were no better at 64-128 KiB (1.08-1.37x), so they start at 256 KiB; 8 ranks took 0.73-0.94x
+//   halving-doubling's time from 1 MiB (level at 8 and 64 MiB) and 1.07-1.12x at 256-512 KiB in place, so it starts
+//   at 1 MiB (perf/RESULTS.md).
+inline constexpr uint64_t kMemoryPathScatterGatherMinBytes = 64 << 10;          // 3, 4 and 6 ranks
+inline constexpr uint64_t kMemoryPathScatterGatherOddMinBytes = 256 << 10;      // 5 and 7 ranks
+inline constexpr uint64_t kMemoryPathScatterGatherEightMinBytes = 1 << 20;      // 8 ranks
+// GPU buffers keep the rows from before result mirrors (memoryPathRows): 2-rank recursive doubling to 1 MiB, and on
+// 4 and 8 ranks reduce_scatter_allgather from 64 MiB.
+inline constexpr uint64_t kGpuTwoRankRecursiveDoublingMaxBytes = 1 << 20;
+inline constexpr uint64_t kGpuScatterGatherPowerOfTwoMinBytes = uint64_t{64} << 20;
 // - Direct AllReduce (every rank sends its input to every other and adds all n) is one round where
 //   recursive doubling takes log2 n (+2 when folding), at n-1 times the bytes sent. Measured on 3-8
 //   ranks sharing 2 cores (perf/RESULTS.md), where every round costs a trip through the scheduler, it
@@ -125,6 +133,8 @@ struct SelectionRow {
   Algorithm algorithm = Algorithm::Ring;
   int maxHosts = INT32_MAX;        // inclusive: rows for traffic patterns only one host's memory absorbs
   int minHosts = 1;                // inclusive: rows for plans that only pay off across hosts
+  // Measured with host buffers, where the executor's result mirrors apply: calls on GPU buffers skip the row.
+  bool hostBuffersOnly = false;
 };
 
 // Which algorithms the user allows, per collective. NCCL_ALGO syntax: `[^]list[;coll:[^]list...]`,
@@ -226,7 +236,8 @@ class SelectionTable {
   // count * size; AllGather, ReduceScatter, AllToAll, Gather, Scatter: nranks * count * size).
   // The first allowed row that matches wins; if none does, the first allowed algorithm for the
   // collective in table order, then in Algorithm order. nranks < 1 throws Error(ncclInvalidArgument).
-  Algorithm choose(Collective c, uint64_t bytes, int nranks, int nhosts = 1) const;
+  // gpuBuffers: the call's buffers are GPU memory (rows with hostBuffersOnly do not apply).
+  Algorithm choose(Collective c, uint64_t bytes, int nranks, int nhosts = 1, bool gpuBuffers = false) const;
 
   // The GPU protocol rows, searched in order like the algorithm rows, filtered by NCCL_PROTO. defaults() has
   // none; addDefaultProtocolRows adds LL up to `lowLatencyMaxBytes` (inclusive), Simple above (0: Simple only).

@@ -618,8 +618,8 @@ transport::Connection* Communicator::connection(int peer, int channel) {
 }
 
 // The table's choice; a hierarchical plan needs every host to hold the same number of ranks, else the ring.
-algo::Algorithm Communicator::chooseAlgorithm(algo::Collective collective, size_t bytes) const {
-  const algo::Algorithm chosen = selection_->choose(collective, bytes, nranks_, locality_->nhosts());
+algo::Algorithm Communicator::chooseAlgorithm(algo::Collective collective, size_t bytes, bool gpuBuffers) const {
+  const algo::Algorithm chosen = selection_->choose(collective, bytes, nranks_, locality_->nhosts(), gpuBuffers);
   return chosen == algo::Algorithm::Hierarchical && !evenHosts() ? algo::Algorithm::Ring : chosen;
 }
 
@@ -906,7 +906,7 @@ std::string Communicator::chosenAlgorithm(algo::Collective collective, size_t by
   return algo::algorithmName(chooseAlgorithm(collective, bytes));
 }
 
-Communicator::SelectedPlan Communicator::selectPlan(const CollectiveArgs& args) {
+Communicator::SelectedPlan Communicator::selectPlan(const CollectiveArgs& args, bool gpuBuffers) {
   const size_t elem = dataTypeSize(args.type);
   const uint32_t inBlocks = algo::inputBlocks(args.collective, nranks_, rank_, args.root);
   const uint32_t outBlocks = algo::outputBlocks(args.collective, nranks_, rank_, args.root);
@@ -928,7 +928,7 @@ Communicator::SelectedPlan Communicator::selectPlan(const CollectiveArgs& args) 
   const bool disjoint = !selected.inPlace && buffersDisjoint(args, inBlocks, outBlocks, elem);
   const algo::Placement placement = disjoint ? algo::Placement::OutOfPlace : algo::Placement::Any;
   selected.placement = placement;
-  selected.plan = &planFor(chooseAlgorithm(args.collective, callBytes), args.collective, args.root, placement);
+  selected.plan = &planFor(chooseAlgorithm(args.collective, callBytes, gpuBuffers), args.collective, args.root, placement);
   return selected;
 }
 
@@ -1083,7 +1083,7 @@ void Communicator::enqueueGroupOnGpu(const char* function, const std::vector<Col
   std::vector<GpuCall> batch;
   batch.reserve(calls.size());
   for (const CollectiveArgs& args : calls) {
-    SelectedPlan selected = selectPlan(args);
+    SelectedPlan selected = selectPlan(args, /*gpuBuffers=*/true);
     // Large calls get many lanes, since a GPU needs many thread blocks to move bytes at its rate: a ring where
     // it supports the collective, all-to-all direct with a channel per `nranks` lanes to every peer (a plan
     // file still wins). Every rank decides alike: the same call size and parameters.

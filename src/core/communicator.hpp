@@ -228,7 +228,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
     size_t callBytes = 0;  // as the selection table counts
   };
   // The plan every rank runs for this call: a plan file's, else the selection table's.
-  SelectedPlan selectPlan(const CollectiveArgs& args);
+  SelectedPlan selectPlan(const CollectiveArgs& args, bool gpuBuffers = false);
   std::unique_ptr<Execution> buildCollective(const CollectiveArgs& args, std::vector<std::function<void()>>& after);
   std::unique_ptr<Execution> buildPointToPoint(const std::vector<const PointToPointArgs*>& ops);
   std::vector<uint32_t> shardWeights_;  // hierarchical all-reduce shard per local rank (near mode); empty: even
@@ -241,7 +241,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   bool evenHosts() const;  // every host holds the same number of ranks (the hierarchical plan needs it)
   algo::Plan buildPlan(algo::Algorithm algorithm, algo::Collective collective, int root,
                        algo::Placement placement = algo::Placement::Any) const;
-  algo::Algorithm chooseAlgorithm(algo::Collective collective, size_t bytes) const;
+  algo::Algorithm chooseAlgorithm(algo::Collective collective, size_t bytes, bool gpuBuffers = false) const;
   const algo::Plan& planFor(algo::Algorithm algorithm, algo::Collective collective, int root, algo::Placement placement);
   void loadPlanFiles();
   void synthesizePlans();  // TOPOCCL_SYNTHESIZE: appends to planFiles_ after the files

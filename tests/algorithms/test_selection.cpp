@@ -347,20 +347,33 @@ TEST_CASE("memory-path rows: two ranks on one host keep recursive doubling to 16
     CHECK(table.choose(Collective::AllReduce, bytes, 2) == Algorithm::RecursiveDoubling);
   for (uint64_t bytes : {uint64_t{16} << 10, uint64_t{512} << 10, uint64_t{1} << 20, uint64_t{8} << 20, uint64_t{1} << 30})
     CHECK(table.choose(Collective::AllReduce, bytes, 2) == Algorithm::ReduceScatterAllGather);
-  // All-reduce on 3, 5, 6 and 7 ranks: a direct reduce-scatter and all-gather from 256 KiB; on 4 and 8 from 64 MiB;
-  // 9 and more keep the ring; two hosts take the hierarchical plan.
-  for (int ranks : {3, 5, 6, 7}) {
-    CHECK(table.choose(Collective::AllReduce, (uint64_t{256} << 10) - 4, ranks) == Algorithm::Ring);
-    for (uint64_t bytes : {uint64_t{256} << 10, uint64_t{1} << 20, uint64_t{1} << 30})
+  // All-reduce on 3-8 ranks: a direct reduce-scatter and all-gather from 64 KiB on 3, 4 and 6 ranks, from 256 KiB
+  // on 5 and 7, from 1 MiB on 8; 9 and more keep the ring; two hosts take the hierarchical plan.
+  for (const auto& [ranks, from, before] : {std::tuple{3, uint64_t{64} << 10, Algorithm::Direct}, std::tuple{4, uint64_t{64} << 10, Algorithm::Direct},
+                                            std::tuple{6, uint64_t{64} << 10, Algorithm::Direct}, std::tuple{5, uint64_t{256} << 10, Algorithm::Ring},
+                                            std::tuple{7, uint64_t{256} << 10, Algorithm::Ring}, std::tuple{8, uint64_t{1} << 20, Algorithm::HalvingDoubling}}) {
+    INFO(ranks << " ranks");
+    CHECK(table.choose(Collective::AllReduce, from - 4, ranks) == before);
+    for (uint64_t bytes : {from, uint64_t{1} << 20, uint64_t{64} << 20, uint64_t{1} << 30})
       CHECK(table.choose(Collective::AllReduce, bytes, ranks) == Algorithm::ReduceScatterAllGather);
     CHECK(table.choose(Collective::AllReduce, 1 << 20, ranks, 2) == Algorithm::Hierarchical);  // two hosts
   }
-  for (int ranks : {4, 8}) {
-    CHECK(table.choose(Collective::AllReduce, (uint64_t{64} << 20) - 4, ranks) == Algorithm::HalvingDoubling);
-    CHECK(table.choose(Collective::AllReduce, uint64_t{64} << 20, ranks) == Algorithm::ReduceScatterAllGather);
-  }
   CHECK(table.choose(Collective::AllReduce, 1 << 20, 9) == Algorithm::Ring);
-  CHECK(table.choose(Collective::AllReduce, 1 << 20, 4) == Algorithm::HalvingDoubling);
+  // GPU buffers, where the executor's result mirrors do not apply, keep the rows from before them: recursive doubling
+  // on 2 ranks to 1 MiB then the ring, two rounds from 256 KiB on 3 and 5-7 ranks and from 64 MiB on 4 and 8.
+  const auto onGpu = [&](uint64_t bytes, int ranks) { return table.choose(Collective::AllReduce, bytes, ranks, 1, true); };
+  CHECK(onGpu(64 << 10, 2) == Algorithm::RecursiveDoubling);
+  CHECK(onGpu((1 << 20) - 4, 2) == Algorithm::RecursiveDoubling);
+  CHECK(onGpu(1 << 20, 2) == Algorithm::Ring);
+  for (int ranks : {3, 5, 6, 7}) {
+    CHECK(onGpu(128 << 10, ranks) != Algorithm::ReduceScatterAllGather);
+    CHECK(onGpu(256 << 10, ranks) == Algorithm::ReduceScatterAllGather);
+  }
+  for (int ranks : {4, 8}) {
+    CHECK(onGpu(1 << 20, ranks) == Algorithm::HalvingDoubling);
+    CHECK(onGpu(uint64_t{64} << 20, ranks) == Algorithm::ReduceScatterAllGather);
+  }
+  CHECK_THAT(table.describe(), Catch::Contains("reduce_scatter_allgather (host buffers)"));
   CHECK(table.choose(Collective::AllReduce, 1 << 20, 2, 2) != Algorithm::RecursiveDoubling);  // two hosts
   CHECK(table.choose(Collective::AllGather, 1 << 20, 2) == Algorithm::Ring);
   // Broadcast on 3-8 ranks goes direct from 32 KiB to 256 MiB, on one host only; more ranks keep the tree to 64 MiB.
@@ -402,7 +415,7 @@ TEST_CASE("shared-core rows: 4-8 ranks sharing CPUs take recursive doubling for 
     CHECK(table.choose(Collective::AllReduce, uint64_t{8} << 10, ranks) == Algorithm::Direct);
     CHECK(table.choose(Collective::AllGather, 512, ranks) == Algorithm::Direct);  // measured no better: not chosen
   }
-  CHECK(table.choose(Collective::AllReduce, uint64_t{1} << 20, 4) == Algorithm::HalvingDoubling);
+  CHECK(table.choose(Collective::AllReduce, uint64_t{1} << 20, 4) == Algorithm::ReduceScatterAllGather);  // memory-path rows
   CHECK(table.choose(Collective::AllReduce, 8, 3) == Algorithm::Direct);
   CHECK(table.choose(Collective::AllReduce, 8, 2) == Algorithm::RecursiveDoubling);  // the memory-path row, as before
   CHECK(table.choose(Collective::AllToAll, 512, 4) == Algorithm::Direct);

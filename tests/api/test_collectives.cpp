@@ -106,8 +106,8 @@ TEST_CASE("every collective with NCCL_ALGO=allreduce:hd and 3 KiB slices on thre
   runMatrix(RankMode::Threads, 7, false, {{"NCCL_ALGO", "allreduce:hd"}, {"TOPOCCL_SLICE_BYTES", "3072"}});
 }
 
-// The default table's all-reduce on 4 ranks of one host: halving-doubling at 1 MiB over shared memory and two rounds
-// (reduce_scatter_allgather) from 64 MiB; over TCP two rounds at 1 MiB and halving-doubling at 8 MiB; the ring when
+// The default table's all-reduce on 4 ranks of one host: direct at 32 KiB over shared memory and two rounds
+// (reduce_scatter_allgather) from 64 KiB; over TCP two rounds at 1 MiB and halving-doubling at 8 MiB; the ring when
 // NCCL_ALGO asks for it. Each rank checks the plan it would run.
 namespace {
 int expectPlan(ncclComm_t comm, size_t bytes, const char* want) {
@@ -119,9 +119,10 @@ int expectPlan(ncclComm_t comm, size_t bytes, const char* want) {
 }
 }  // namespace
 
-TEST_CASE("4 ranks on one host: all-reduce by halving-doubling or in two rounds by size and transport, the ring where NCCL_ALGO says") {
+TEST_CASE("4 ranks on one host: all-reduce direct, by halving-doubling or in two rounds by size and transport, the ring where NCCL_ALGO says") {
   CHECK(runRanks(RankMode::ProcessesShm, 4, [](int, int, ncclComm_t c) {
-          return expectPlan(c, 1 << 20, "halving_doubling") + expectPlan(c, size_t{64} << 20, "reduce_scatter_allgather");
+          return expectPlan(c, 32 << 10, "direct") + expectPlan(c, 64 << 10, "reduce_scatter_allgather") +
+                 expectPlan(c, size_t{64} << 20, "reduce_scatter_allgather");
         }).failures == 0);
   CHECK(runRanks(RankMode::ProcessesTcp, 4, [](int, int, ncclComm_t c) {
           return expectPlan(c, 1 << 20, "reduce_scatter_allgather") + expectPlan(c, 8 << 20, "halving_doubling");
