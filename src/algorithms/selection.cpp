@@ -201,14 +201,14 @@ SelectionTable SelectionTable::defaults() {
 
 std::vector<SelectionRow> memoryPathRows() {
   // Two ranks: recursive doubling (each reads the other's input and reduces into its own output, one step) below
-  // 16 KiB, then reduce_scatter_allgather, whose sums the peer's receive writes into our output as it reduces
+  // 4 KiB, then reduce_scatter_allgather, whose sums the peer's receive writes into our output as it reduces
   // (kTwoRankRecursiveDoublingMaxBytes). In place recursive doubling's result overwrites the buffer its peer is
   // reading, and every line crosses between the caches twice; a rank cannot choose by placement (peers may differ).
   // Over loopback TCP the ring stays ahead (1.04-1.4x), so these rows are for memory paths only (perf/RESULTS.md).
   // Broadcast on 3 and more ranks goes direct from the tree's limit to 256 MiB (kMemoryPathDirectBroadcastMaxBytes), on
   // up to 8 ranks; more keep the tree to 64 MiB. All-gather (to 128 MiB) and reduce-scatter on 3-8 ranks go direct too.
-  // All-reduce on 3-8 ranks: reduce_scatter_allgather from 64 KiB on 3, 4 and 6 ranks, from 256 KiB on 5 and 7, from
-  // 1 MiB on 8 (kMemoryPathScatterGatherMinBytes); 9 and more, unmeasured, keep the ring.
+  // All-reduce on 3-8 ranks: reduce_scatter_allgather from 64 KiB on 3 and 6 ranks, 128 KiB on 4, 256 KiB on 5 and
+  // 7, 1 MiB on 8 (kMemoryPathScatterGatherMinBytes); 9 and more, unmeasured, keep the ring.
   // GPU buffers keep the rows from before result mirrors (the executor's, host memory only), unmeasured since on a
   // GPU: recursive doubling on 2 ranks to 1 MiB, reduce_scatter_allgather from 256 KiB on 3 and 5-7 ranks and from
   // 64 MiB on 4 and 8 (and from 256 KiB the GPU path widens its calls to a many-lane ring anyway).
@@ -218,7 +218,8 @@ std::vector<SelectionRow> memoryPathRows() {
   };
   return {{Collective::AllReduce, 2, 2, 0, kTwoRankRecursiveDoublingMaxBytes, Algorithm::RecursiveDoubling, 1},
           hostOnly({Collective::AllReduce, 2, 2, kTwoRankRecursiveDoublingMaxBytes, UINT64_MAX, Algorithm::ReduceScatterAllGather, 1}),
-          hostOnly({Collective::AllReduce, 3, 4, kMemoryPathScatterGatherMinBytes, UINT64_MAX, Algorithm::ReduceScatterAllGather, 1}),
+          hostOnly({Collective::AllReduce, 3, 3, kMemoryPathScatterGatherMinBytes, UINT64_MAX, Algorithm::ReduceScatterAllGather, 1}),
+          hostOnly({Collective::AllReduce, 4, 4, kMemoryPathScatterGatherFourMinBytes, UINT64_MAX, Algorithm::ReduceScatterAllGather, 1}),
           hostOnly({Collective::AllReduce, 6, 6, kMemoryPathScatterGatherMinBytes, UINT64_MAX, Algorithm::ReduceScatterAllGather, 1}),
           hostOnly({Collective::AllReduce, 8, 8, kMemoryPathScatterGatherEightMinBytes, UINT64_MAX, Algorithm::ReduceScatterAllGather, 1}),
           {Collective::AllReduce, 2, 2, kTwoRankRecursiveDoublingMaxBytes, kGpuTwoRankRecursiveDoublingMaxBytes, Algorithm::RecursiveDoubling, 1},

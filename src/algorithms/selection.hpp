@@ -25,14 +25,15 @@ namespace topoccl::algo {
 //   S = 9 alpha/beta (~200 KB), on 6 ranks (folding) near 2.6 alpha/beta (~60 KB): 64 KiB keeps
 //   recursive doubling where it wins on every rank count.
 inline constexpr uint64_t kRecursiveDoublingMaxBytes = 64 << 10;
-// Two ranks on a memory path keep recursive doubling to 16 KiB; from there each sums half and, where the peer's
+// Two ranks on a memory path keep recursive doubling below 4 KiB; from there each sums half and, where the peer's
 // buffer is a shared allocation, writes the sum into both outputs (reduce_scatter_allgather's result mirrors): one
 // pass over half the bytes per rank instead of recursive doubling's over all of them, and no send back.
-// ncclMemAlloc buffers, 2 vCPUs, session 50: 0.35-0.65x recursive doubling's time at 16 KiB-256 KiB out of place and
-// 0.22-0.24x in place (whose sum lands over the buffer the peer reads); 0.75-0.86x the ring's at 1-16 MiB out of place
-// and 0.82-0.91x in place. Heap buffers, which the peer cannot map, take the plan's sends: 1.23x recursive doubling's
-// time at 16 KiB, level at 64 KiB-1 MiB, 1.05-1.1x the ring's at 4-16 MiB (perf/RESULTS.md).
-inline constexpr uint64_t kTwoRankRecursiveDoublingMaxBytes = 16 << 10;
+// ncclMemAlloc buffers, 2 vCPUs, session 50: 0.45-0.85x recursive doubling's time at 4-16 KiB, 0.35-0.65x at
+// 16-256 KiB out of place and 0.22-0.56x in place (whose sum lands over the buffer the peer reads); 0.75-0.86x the
+// ring's at 1-16 MiB out of place and 0.82-0.91x in place. Heap buffers, which the peer cannot map, take the plan's
+// sends: 1.5x recursive doubling's time at 4 KiB, 1.28x at 16 KiB, 1.03-1.16x at 64-256 KiB in place, level at 1 MiB,
+// 1.0-1.07x the ring's at 4-64 MiB (perf/RESULTS.md).
+inline constexpr uint64_t kTwoRankRecursiveDoublingMaxBytes = 4 << 10;
 // - Binomial Broadcast / Reduce cost log2 n (alpha + S beta); the pipelined chain (n-1) alpha + S beta.
 //   They cross at S = (n-1-log2 n) / (log2 n - 1) alpha/beta: 1x on 4 ranks, 2x on 8, 3.7x on 16.
 inline constexpr uint64_t kTreeMaxBytes = 32 << 10;
@@ -63,13 +64,15 @@ inline constexpr int kMemoryPathDirectMaxRanks = 8;
 //   a wait for a rank that may share a CPU with another. Session 49 (2 vCPUs, shm, against the ring on 3, 5, 6 and 7
 //   ranks): 0.5-0.9x the ring's time out of place and 0.45-0.9x in place from 256 KiB to 128 MiB; below, in place up
 //   to 1.6x slower (5 ranks, 128 KiB). Since session 50 the last summand's peer writes each sum into its owner's
-//   output as it reduces (result mirrors, ncclMemAlloc buffers), one gather message in n-1 fewer: on 3, 4 and 6 ranks
-//   0.56-0.8x the time of the ring or halving-doubling at 64-128 KiB out of place and 0.7-1.0x in place, 4 ranks
-//   0.52-0.95x from there to 32 MiB both ways and level at 64 MiB; at 16-32 KiB out of place up to 1.9x slower. 5 and
+//   output as it reduces (result mirrors, ncclMemAlloc buffers), one gather message in n-1 fewer: on 3 and 6 ranks
+//   0.56-0.8x the time of the ring or direct at 64-128 KiB out of place and 0.7-0.9x in place; on 4 ranks 0.65-0.75x
+//   halving-doubling's at 128 KiB and 0.52-0.95x from there to 32 MiB both ways, level at 64 MiB, but at 64 KiB
+//   level out of place and 1.2-1.4x in place; at 16-32 KiB out of place up to 1.9x slower. 5 and
 //   7 ranks were no better at 64-128 KiB (1.08-1.37x), so they start at 256 KiB; 8 ranks took 0.73-0.94x
 //   halving-doubling's time from 1 MiB (level at 8 and 64 MiB) and 1.07-1.12x at 256-512 KiB in place, so it starts
 //   at 1 MiB (perf/RESULTS.md).
-inline constexpr uint64_t kMemoryPathScatterGatherMinBytes = 64 << 10;          // 3, 4 and 6 ranks
+inline constexpr uint64_t kMemoryPathScatterGatherMinBytes = 64 << 10;          // 3 and 6 ranks
+inline constexpr uint64_t kMemoryPathScatterGatherFourMinBytes = 128 << 10;     // 4 ranks
 inline constexpr uint64_t kMemoryPathScatterGatherOddMinBytes = 256 << 10;      // 5 and 7 ranks
 inline constexpr uint64_t kMemoryPathScatterGatherEightMinBytes = 1 << 20;      // 8 ranks
 // GPU buffers keep the rows from before result mirrors (memoryPathRows): 2-rank recursive doubling to 1 MiB, and on

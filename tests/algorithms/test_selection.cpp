@@ -339,17 +339,17 @@ TEST_CASE("GPU protocols: LL up to the threshold, Simple above, within NCCL_PROT
                        Catch::Contains("Simple"));
 }
 
-TEST_CASE("memory-path rows: two ranks on one host keep recursive doubling to 16 KiB then sum halves, broadcast, all-gather and reduce-scatter go direct, sockets keep the ring") {
+TEST_CASE("memory-path rows: two ranks on one host keep recursive doubling to 4 KiB then sum halves, broadcast, all-gather and reduce-scatter go direct, sockets keep the ring") {
   SelectionTable table = SelectionTable::defaults();
   CHECK(table.choose(Collective::AllReduce, 512 << 10, 2) == Algorithm::Ring);  // without them (sockets)
   table.prependRows(memoryPathRows());
-  for (uint64_t bytes : {uint64_t{0}, uint64_t{8}, uint64_t{4} << 10, (uint64_t{16} << 10) - 4})
+  for (uint64_t bytes : {uint64_t{0}, uint64_t{8}, uint64_t{1} << 10, (uint64_t{4} << 10) - 4})
     CHECK(table.choose(Collective::AllReduce, bytes, 2) == Algorithm::RecursiveDoubling);
-  for (uint64_t bytes : {uint64_t{16} << 10, uint64_t{512} << 10, uint64_t{1} << 20, uint64_t{8} << 20, uint64_t{1} << 30})
+  for (uint64_t bytes : {uint64_t{4} << 10, uint64_t{512} << 10, uint64_t{1} << 20, uint64_t{8} << 20, uint64_t{1} << 30})
     CHECK(table.choose(Collective::AllReduce, bytes, 2) == Algorithm::ReduceScatterAllGather);
-  // All-reduce on 3-8 ranks: a direct reduce-scatter and all-gather from 64 KiB on 3, 4 and 6 ranks, from 256 KiB
-  // on 5 and 7, from 1 MiB on 8; 9 and more keep the ring; two hosts take the hierarchical plan.
-  for (const auto& [ranks, from, before] : {std::tuple{3, uint64_t{64} << 10, Algorithm::Direct}, std::tuple{4, uint64_t{64} << 10, Algorithm::Direct},
+  // All-reduce on 3-8 ranks: a direct reduce-scatter and all-gather from 64 KiB on 3 and 6 ranks, 128 KiB on 4,
+  // 256 KiB on 5 and 7, 1 MiB on 8; 9 and more keep the ring; two hosts take the hierarchical plan.
+  for (const auto& [ranks, from, before] : {std::tuple{3, uint64_t{64} << 10, Algorithm::Direct}, std::tuple{4, uint64_t{128} << 10, Algorithm::HalvingDoubling},
                                             std::tuple{6, uint64_t{64} << 10, Algorithm::Direct}, std::tuple{5, uint64_t{256} << 10, Algorithm::Ring},
                                             std::tuple{7, uint64_t{256} << 10, Algorithm::Ring}, std::tuple{8, uint64_t{1} << 20, Algorithm::HalvingDoubling}}) {
     INFO(ranks << " ranks");

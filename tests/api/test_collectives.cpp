@@ -106,8 +106,8 @@ TEST_CASE("every collective with NCCL_ALGO=allreduce:hd and 3 KiB slices on thre
   runMatrix(RankMode::Threads, 7, false, {{"NCCL_ALGO", "allreduce:hd"}, {"TOPOCCL_SLICE_BYTES", "3072"}});
 }
 
-// The default table's all-reduce on 4 ranks of one host: direct at 32 KiB over shared memory and two rounds
-// (reduce_scatter_allgather) from 64 KiB; over TCP two rounds at 1 MiB and halving-doubling at 8 MiB; the ring when
+// The default table's all-reduce on 4 ranks of one host: direct at 32 KiB over shared memory, halving-doubling at
+// 64 KiB and two rounds (reduce_scatter_allgather) from 128 KiB; over TCP two rounds at 1 MiB and halving-doubling at 8 MiB; the ring when
 // NCCL_ALGO asks for it. Each rank checks the plan it would run.
 namespace {
 int expectPlan(ncclComm_t comm, size_t bytes, const char* want) {
@@ -121,7 +121,8 @@ int expectPlan(ncclComm_t comm, size_t bytes, const char* want) {
 
 TEST_CASE("4 ranks on one host: all-reduce direct, by halving-doubling or in two rounds by size and transport, the ring where NCCL_ALGO says") {
   CHECK(runRanks(RankMode::ProcessesShm, 4, [](int, int, ncclComm_t c) {
-          return expectPlan(c, 32 << 10, "direct") + expectPlan(c, 64 << 10, "reduce_scatter_allgather") +
+          return expectPlan(c, 32 << 10, "direct") + expectPlan(c, 64 << 10, "halving_doubling") +
+                 expectPlan(c, 128 << 10, "reduce_scatter_allgather") +
                  expectPlan(c, size_t{64} << 20, "reduce_scatter_allgather");
         }).failures == 0);
   CHECK(runRanks(RankMode::ProcessesTcp, 4, [](int, int, ncclComm_t c) {
@@ -353,9 +354,9 @@ TEST_CASE("reduce_scatter_allgather all-reduce on ncclMemAlloc buffers, in and o
                             Setup{RankMode::ProcessesShm, 2, "allreduce:rsag", 1}, Setup{RankMode::ProcessesShm, 3, "allreduce:rsag", 0},
                             Setup{RankMode::ProcessesShm, 4, "allreduce:rsag", 1}, Setup{RankMode::Threads, 2, "allreduce:ring", 0},
                             Setup{RankMode::Threads, 5, "allreduce:rsag", 0}}) {
-    // primes; 786433 x 4 B: parts of 3-5 slices; 1031 x 4 B on 2 ranks: halves below the zero-copy threshold (8 KiB),
-    // 4099 x 4 B just above it
-    for (size_t count : {size_t{2}, size_t{1031}, size_t{4099}, size_t{65537}, size_t{786433}}) {
+    // 786433 x 4 B: parts of 3-5 slices; on 2 ranks 131 x 4 B: halves below 1 KiB (no result mirror), 1031 x 4 B:
+    // halves below the zero-copy threshold (8 KiB) but result-mirrored, 4099 x 4 B just above it
+    for (size_t count : {size_t{2}, size_t{131}, size_t{1031}, size_t{4099}, size_t{65537}, size_t{786433}}) {
       INFO(rankModeName(setup.mode) << ", " << setup.nranks << " ranks, " << setup.algorithm << ", " << setup.heapRanks
                                     << " on the heap, " << count << " floats");
       const RunResult result = runRanks(

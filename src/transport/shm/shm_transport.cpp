@@ -36,6 +36,8 @@ using namespace shm_layout;
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kMirrorBlock = 32 << 10;  // receivers of mirrored sends read each block once into L1, then write it twice
+// Result-mirrored sends go zero copy from this size (messages up to kSlotMessageBytes ride the descriptor slots).
+constexpr uint64_t kResultMirrorMinBytes = 1024;
 
 constexpr auto kLivenessInterval = std::chrono::milliseconds(100);
 constexpr uint64_t kPollsPerClockRead = 64;
@@ -332,12 +334,19 @@ class ShmConnection final : public Connection {
   }
 
   // Zero copy, both buffers shared allocations: decided here, so the caller knows at once whether the receiver will
-  // write the result (it skips its receive of it then).
+  // write the result (it skips its receive of it then). Where ranks have cores of their own, from kResultMirrorMinBytes,
+  // below the zero-copy size: that size keeps a sender from waiting on a reader, but here the sender waits for the
+  // result either way, and the peer sends nothing back (2-rank all-reduce at 4-16 KiB: 0.45-0.85x recursive
+  // doubling's time, session 50).
   bool postSendResultMirrored(const void* data, void* mirror, size_t bytes, Ticket& ticket) override {
     if (bytes == 0 || data == nullptr || mirror == nullptr || !outEstablished_ || outZeroCopyThreshold_ == 0 ||
-        out_.descriptorCount < 2 || bytes < std::min(outZeroCopyThreshold_, readEarlyBytes_)) {
+        out_.descriptorCount < 2) {
       return false;
     }
+    // TOPOCCL_SHM_ZERO_COPY_THRESHOLD, where set, holds for these too, and so does the larger size of ranks that share
+    // cores, where the wait is for a peer the scheduler may not run (4 ranks on 2 CPUs at 64 KiB: 1.5x the time).
+    const bool zeroCopySize = readEarlyBytes_ == UINT64_MAX || outZeroCopyThreshold_ > kZeroCopyBytesOwnCores;
+    if (bytes < (zeroCopySize ? outZeroCopyThreshold_ : std::min<uint64_t>(kResultMirrorMinBytes, outZeroCopyThreshold_))) return false;
     const auto* d = static_cast<const unsigned char*>(data);
     const auto* m = static_cast<const unsigned char*>(mirror);
     if (d != m && d < m + bytes && m < d + bytes) return false;  // overlapping, shifted
