@@ -447,6 +447,10 @@ std::string Execution::describeWaiting() const {
         << step.bytes << " bytes)";
     if (!state.stepStarted) {
       out << " waits for its dependencies";
+    } else if (step.mirroredBy && state.slicesDone < state.slicesPosted && state.mirrorTickets[state.slicesDone % kWindow] != 0) {
+      out << " waits for the peer to write its sum into our memory (a result mirror), read over "
+          << lanes_[step.mirroredBy->lane].sendConn->describe() << " (" << state.slicesDone << "/" << state.slices
+          << " slices written)";
     } else if (algo::stepReceives(step.kind) && lane.recvConn) {
       out << " waits for data from " << lane.recvConn->describe() << " (" << state.slicesDone << "/"
           << state.slices << " slices received)";

@@ -455,3 +455,29 @@ TEST_CASE("result mirrors: misfit marks are dropped, and a send asking for a res
   }
   CHECK_THROWS_WITH(runBoth(ranks), Catch::Contains("returns no result") && Catch::Contains("same plan"));
 }
+
+// A receive whose slices the peer is to write as result mirrors says so when it stalls: here the peer sends its
+// part but never receives, so our result-mirrored send is never read and our receive of the sum never completes.
+TEST_CASE("a stalled receive of result mirrors says it waits for the peer to write the sum") {
+  const uint64_t hash = freshCommHash();
+  std::vector<std::unique_ptr<transport::Transport>> transports;
+  std::vector<std::unique_ptr<transport::Connection>> connections;
+  for (int r = 0; r < 2; ++r) transports.push_back(transport::makeLocalTransport({hash, 0, r, 2}));
+  for (int r = 0; r < 2; ++r) connections.push_back(transports[r]->connect(localPeer(1 - r), 0));
+  constexpr size_t kCount = 65536;
+  std::vector<std::vector<float>> buffer(2, std::vector<float>(kCount, 1.0f));
+  std::vector<ResolvedLane> lanes = halvesAllReduce(true, 0, connections[0].get(), buffer[0].data(), buffer[0].data(), kCount, true);
+  REQUIRE(core::linkResultMirrors(lanes) == 2);
+  Execution rank0("allreduce", std::move(lanes), kernels::hostReduceFunction(DataType::Float32, ReduceOp::Sum), sizeof(float),
+                  64 << 10, nullptr, 16);
+  std::vector<ResolvedLane> peer(1);
+  peer[0].sendConn = peer[0].recvConn = connections[1].get();
+  peer[0].steps = {step(algo::StepKind::Send, reinterpret_cast<char*>(buffer[1].data()), nullptr, kCount / 2 * sizeof(float))};
+  Execution rank1("allreduce", std::move(peer), nullptr, sizeof(float), 64 << 10, nullptr, 16);
+  for (int i = 0; i < 100; ++i) {
+    CHECK_FALSE(rank0.progress());
+    rank1.progress();
+  }
+  CHECK_THAT(rank0.describeWaiting(), Catch::Contains("step 2") && Catch::Contains("write its sum into our memory") &&
+                                          Catch::Contains("local to rank 1") && Catch::Contains("0/2 slices written"));
+}
