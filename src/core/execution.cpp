@@ -559,7 +559,18 @@ size_t fuseMirroredCopies(std::vector<ResolvedLane>& lanes) {
 }
 
 namespace {
-bool finishesBefore(const std::vector<ResolvedLane>& lanes, size_t a, size_t i, size_t b, size_t j);
+
+// Whether step `i` of lane `a` has finished before step `j` of lane `b` starts: it comes earlier in the same lane, or
+// a step of lane b up to j waits for it or for a later step of lane a. Direct dependencies only: an order the plan
+// does not state counts as concurrent.
+bool finishesBefore(const std::vector<ResolvedLane>& lanes, size_t a, size_t i, size_t b, size_t j) {
+  if (a == b) return i < j;
+  for (size_t k = 0; k <= j; ++k)
+    for (const algo::StepRef& dep : lanes[b].steps[k].deps)
+      if (dep.lane == a && dep.step >= i) return true;
+  return false;
+}
+
 }  // namespace
 
 size_t linkResultMirrors(std::vector<ResolvedLane>& lanes) {
@@ -612,21 +623,6 @@ size_t linkResultMirrors(std::vector<ResolvedLane>& lanes) {
     }
   return linked;
 }
-
-namespace {
-
-// Whether step `i` of lane `a` has finished before step `j` of lane `b` starts: it comes earlier in the same lane, or
-// a step of lane b up to j waits for it or for a later step of lane a. Direct dependencies only: an order the plan
-// does not state counts as concurrent.
-bool finishesBefore(const std::vector<ResolvedLane>& lanes, size_t a, size_t i, size_t b, size_t j) {
-  if (a == b) return i < j;
-  for (size_t k = 0; k <= j; ++k)
-    for (const algo::StepRef& dep : lanes[b].steps[k].deps)
-      if (dep.lane == a && dep.step >= i) return true;
-  return false;
-}
-
-}  // namespace
 
 size_t markSendRoutes(std::vector<ResolvedLane>& lanes, const SendRule& rule) {
   // Whether a step of the rank (a receive, or with `localWrites` any) writes [begin, begin + bytes) and may still run

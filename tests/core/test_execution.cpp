@@ -332,6 +332,17 @@ TEST_CASE("an in-place 2-rank recursive-doubling all-reduce reduces into its own
 }
 
 namespace {
+// Two ranks' connections to each other on the local transport, rank r's at [r].
+struct LocalPair {
+  std::vector<std::unique_ptr<transport::Transport>> transports;
+  std::vector<std::unique_ptr<transport::Connection>> connections;
+  LocalPair() {
+    const uint64_t hash = freshCommHash();
+    for (int r = 0; r < 2; ++r) transports.push_back(transport::makeLocalTransport({hash, 0, r, 2}));
+    for (int r = 0; r < 2; ++r) connections.push_back(transports[r]->connect(localPeer(1 - r), 0));
+  }
+};
+
 // A 2-rank all-reduce as the generators lay it out with result mirrors (resolved by hand here): rank r sums part
 // r of the block (parts [0, half) and [half, count)) from its input and the peer's, the peer sends part r, and the
 // sum comes back to it. `ring`: one lane, send, recv-reduce-copy-send, recv (the 2-rank ring). Else two lanes as
@@ -387,11 +398,8 @@ TEST_CASE("2-rank all-reduce with result mirrors: each rank writes its half's su
   const size_t slices = 3 + rng() % 15;
   const size_t count = 2 * (slices - 1) * (kSlice / sizeof(float)) + 1 + rng() % (2 * kSlice / sizeof(float));
   INFO((ring ? "ring" : "reduce_scatter_allgather") << ", " << (inPlace ? "in place" : "out of place") << ", " << count << " floats");
-  const uint64_t hash = freshCommHash();
-  std::vector<std::unique_ptr<transport::Transport>> transports;
-  std::vector<std::unique_ptr<transport::Connection>> connections;
-  for (int r = 0; r < 2; ++r) transports.push_back(transport::makeLocalTransport({hash, 0, r, 2}));
-  for (int r = 0; r < 2; ++r) connections.push_back(transports[r]->connect(localPeer(1 - r), 0));
+  const LocalPair pair;
+  const auto& connections = pair.connections;
   std::vector<std::vector<float>> input(2, std::vector<float>(count)), output(2, std::vector<float>(count));
   std::vector<std::unique_ptr<Execution>> ranks;
   for (int r = 0; r < 2; ++r) {
@@ -427,11 +435,8 @@ TEST_CASE("2-rank all-reduce with result mirrors: each rank writes its half's su
 // Marks that do not fit the resolved steps are dropped and the steps run as they are; a peer that asks for a result
 // the receiving rank's step does not return (ranks running different plans) is an error, not a hang.
 TEST_CASE("result mirrors: misfit marks are dropped, and a send asking for a result no receive returns fails") {
-  const uint64_t hash = freshCommHash();
-  std::vector<std::unique_ptr<transport::Transport>> transports;
-  std::vector<std::unique_ptr<transport::Connection>> connections;
-  for (int r = 0; r < 2; ++r) transports.push_back(transport::makeLocalTransport({hash, 0, r, 2}));
-  for (int r = 0; r < 2; ++r) connections.push_back(transports[r]->connect(localPeer(1 - r), 0));
+  const LocalPair pair;
+  const auto& connections = pair.connections;
   constexpr size_t kCount = 100003;  // prime: halves of 50001 and 50002 floats
   std::vector<std::vector<float>> buffer(2, std::vector<float>(kCount, 1.5f));
   {
@@ -459,11 +464,8 @@ TEST_CASE("result mirrors: misfit marks are dropped, and a send asking for a res
 // A receive whose slices the peer is to write as result mirrors says so when it stalls: here the peer sends its
 // part but never receives, so our result-mirrored send is never read and our receive of the sum never completes.
 TEST_CASE("a stalled receive of result mirrors says it waits for the peer to write the sum") {
-  const uint64_t hash = freshCommHash();
-  std::vector<std::unique_ptr<transport::Transport>> transports;
-  std::vector<std::unique_ptr<transport::Connection>> connections;
-  for (int r = 0; r < 2; ++r) transports.push_back(transport::makeLocalTransport({hash, 0, r, 2}));
-  for (int r = 0; r < 2; ++r) connections.push_back(transports[r]->connect(localPeer(1 - r), 0));
+  const LocalPair pair;
+  const auto& connections = pair.connections;
   constexpr size_t kCount = 65536;
   std::vector<std::vector<float>> buffer(2, std::vector<float>(kCount, 1.0f));
   std::vector<ResolvedLane> lanes = halvesAllReduce(true, 0, connections[0].get(), buffer[0].data(), buffer[0].data(), kCount, true);
