@@ -155,6 +155,9 @@ def main():
     ap.add_argument("run")
     ap.add_argument("--scaling")
     a = ap.parse_args()
+    if not glob.glob(os.path.join(a.run, "raw", "*.csv")):
+        sys.exit(f"targets.py: no measurements in run '{a.run}': expected {os.path.join(a.run, 'raw', '*.csv')} "
+                 "(runs live under perf/compare/results/)")
     t = load(a.run)
     out = []
     tcp_notes = []
