@@ -39,6 +39,9 @@
 #                          Gloo's small band: its calls take milliseconds, so 100 already span 20+ ms, while
 #                          100 sub-microsecond calls of the others span less than one context switch
 #   LAT_MAX [64K]          report latency ratios up to this size
+#   EDGE [1M]              a size the bandwidth targets start at (">= 1 MiB") that the grid misses (8 B x4 has
+#                          512 KiB and 2 MiB): one launch of its own, band "edge", with the mid band's -n/-w;
+#                          "" skips it
 #   GLOO_BUDGET [30]       seconds: Gloo skips sizes projected to take longer (its 4-rank
 #                          alltoall has been measured at ~12 MB/s on this machine kind)
 #   RUN_TIMEOUT [900]      seconds per launch
@@ -81,6 +84,7 @@ GLOO_ITERS_SMALL=${GLOO_ITERS_SMALL:-100}; GLOO_WARMUP_SMALL=${GLOO_WARMUP_SMALL
 ITERS_MID=${ITERS_MID:-50};      WARMUP_MID=${WARMUP_MID:-5}
 ITERS_LARGE=${ITERS_LARGE:-5};   WARMUP_LARGE=${WARMUP_LARGE:-2}
 LAT_MAX=${LAT_MAX:-64K}
+EDGE=${EDGE-1M}
 GLOO_BUDGET=${GLOO_BUDGET:-30}
 RUN_TIMEOUT=${RUN_TIMEOUT:-900}
 MPIRUN=${MPIRUN:-mpirun}
@@ -161,6 +165,25 @@ done
 if [ "${ALL_SIZES[-1]}" != "$MAX_B" ]; then
   ALL_SIZES+=("$MAX_B"); BAND_B[top]=$MAX_B; BAND_E[top]=$MAX_B; BANDS+=(top)
 fi
+# EDGE, when inside MINBYTES..MAXBYTES and off the grid: its own launch, in size order among the bands
+if [ -n "$EDGE" ]; then
+  EDGE_B=$(tobytes "$EDGE")
+  on_grid=0
+  for s in "${ALL_SIZES[@]}"; do [ "$s" = "$EDGE_B" ] && on_grid=1; done
+  if [ "$on_grid" = 0 ] && [ "$EDGE_B" -ge "$MIN_B" ] && [ "$EDGE_B" -le "$MAX_B" ]; then
+    BAND_B[edge]=$EDGE_B; BAND_E[edge]=$EDGE_B
+    ordered=() placed=0
+    for b in "${BANDS[@]}"; do
+      if [ "$placed" = 0 ] && [ "${BAND_B[$b]}" -gt "$EDGE_B" ]; then ordered+=(edge); placed=1; fi
+      ordered+=("$b")
+    done
+    [ "$placed" = 0 ] && ordered+=(edge)
+    BANDS=("${ordered[@]}")
+    ALL_SIZES+=("$EDGE_B")
+    mapfile -t ALL_SIZES < <(printf '%s\n' "${ALL_SIZES[@]}" | sort -n)
+  fi
+fi
+BAND_N[edge]=$ITERS_MID;    BAND_W[edge]=$WARMUP_MID
 BAND_N[small]=$ITERS_SMALL; BAND_W[small]=$WARMUP_SMALL
 BAND_N[mid]=$ITERS_MID;     BAND_W[mid]=$WARMUP_MID
 BAND_N[large]=$ITERS_LARGE; BAND_W[large]=$WARMUP_LARGE
