@@ -12,7 +12,7 @@
 //   ceilings shm [-p rounds]            cross-process cache-line ping-pong, one-way latency, us
 //   ceilings copies [-r reps]           the copies every out-of-place all-to-all and all-gather must make, alone: 2 and 4
 //                                       ranks' worth on two threads (one per CPU; with 4 ranks each thread does two
-//                                       ranks' copies), a barrier per call and nothing else, at 2 MiB-256 MiB. All-to-all:
+//                                       ranks' copies), a barrier per call and nothing else, at 1 MiB-256 MiB. All-to-all:
 //                                       each rank's block for each rank, self included, copied once. All-gather: each
 //                                       rank's input read once, 32 KiB at a time, and written to every output while in
 //                                       L1 (what a mirrored send does). The best of cached and non-temporal stores (and,
@@ -167,7 +167,7 @@ int copies(int reps) {
   };
   constexpr size_t kBlock = 32 << 10;
   for (int n : {2, 4}) {
-    for (size_t bytes : {size_t{2} << 20, size_t{8} << 20, size_t{32} << 20, size_t{128} << 20, size_t{256} << 20}) {
+    for (size_t bytes : {size_t{1} << 20, size_t{2} << 20, size_t{8} << 20, size_t{32} << 20, size_t{128} << 20, size_t{256} << 20}) {
       const int calls = (int)std::clamp<size_t>((size_t{1} << 30) / bytes, 3, 20);
       // all-to-all: `bytes` sent and received per rank, a block of bytes / n for each rank
       {
