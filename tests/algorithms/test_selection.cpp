@@ -427,7 +427,7 @@ TEST_CASE("shared-core rows: 4-8 ranks sharing CPUs take recursive doubling for 
   CHECK(table.choose(Collective::AllGather, uint64_t{1} << 20, 4) == Algorithm::RecursiveDoubling);  // wherever asked
 }
 
-TEST_CASE("socket-path rows: 4 ranks and more take log2 n rounds for small all-to-all, all-reduce, all-gather, reduce-scatter; one host's mid-size all-reduce two") {
+TEST_CASE("socket-path rows: 4 ranks and more take log2 n rounds for small all-to-all, all-reduce, all-gather, reduce-scatter, one host's mid-size all-reduce two") {
   SelectionTable table = SelectionTable::defaults();
   CHECK(table.choose(Collective::AllToAll, 512, 4) == Algorithm::Direct);  // no socket pairs: not prepended
   table.prependRows(socketPathRows());

@@ -168,7 +168,7 @@ TEST_CASE("small collectives on 5 ranks: recursive doubling over TCP, direct ove
 
 // Recursive-doubling all-to-all and halving reduce-scatter forced at every size: the pairwise hypercube on 8 ranks,
 // Bruck's and the halving's fold on 6, in and out of place, through the executor over shm and the local transport.
-TEST_CASE("every collective with NCCL_ALGO=alltoall:rd;reducescatter:hd on shm processes with 6 ranks and threads with 8") {
+TEST_CASE("every collective with NCCL_ALGO overriding two collectives (alltoall:rd and reducescatter:hd) on shm processes with 6 ranks and threads with 8") {
   runMatrix(RankMode::ProcessesShm, 6, false, {{"NCCL_ALGO", "alltoall:rd;reducescatter:hd"}});
   runMatrix(RankMode::Threads, 8, false, {{"NCCL_ALGO", "alltoall:rd;reducescatter:hd"}});
 }

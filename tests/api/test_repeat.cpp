@@ -62,7 +62,7 @@ TEST_CASE("repeated and alternating all-reduces reuse executions and stay correc
 // per-call work. In-place all-to-all (it stages through scratch) repeated, then a larger one that regrows the
 // scratch under the cached execution, then the small one again; all-reduces whose operator carries a per-call
 // scalar (PreMulSum, which prescales the input each call) or a final division (Avg), repeated on the same buffers.
-TEST_CASE("the same call reuses its execution; scratch regrowth and per-call scalars stay correct (3 thread ranks)") {
+TEST_CASE("the same call reuses its execution, scratch regrowth and per-call scalars stay correct (3 thread ranks)") {
   constexpr int kRanks = 3;
   const uint32_t seed = std::random_device{}();
   WARN("repeat test seed " << seed);

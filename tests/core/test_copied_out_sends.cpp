@@ -98,7 +98,7 @@ TEST_CASE("a receive that finishes before the send starts is no hazard: relays f
   }
 }
 
-TEST_CASE("sends with a receive still to come are read early, below the bound; a rank's last sends are not") {
+TEST_CASE("sends with a receive still to come are read early, below the bound, a rank's last sends are not") {
   std::vector<char> buffer(1 << 16), other(1 << 16);
   const core::SendRule rule{0, 32768};
   SECTION("a direct all-gather's lanes: each send has the other lanes' receives beside it") {
@@ -153,7 +153,7 @@ TEST_CASE("sends with a receive still to come are read early, below the bound; a
   }
 }
 
-TEST_CASE("the default send rule: copy out up to half the core's own cache alone on a core; read early below 32 KiB where ranks share cores") {
+TEST_CASE("the default send rule: copy out up to half the core's own cache alone on a core, read early below 32 KiB where ranks share cores") {
   CHECK(core::defaultSendRule(size_t{2} << 20, false).overwrittenUpTo == size_t{1} << 20);
   CHECK(core::defaultSendRule(size_t{1} << 20, false).overwrittenUpTo == size_t{512} << 10);
   CHECK(core::defaultSendRule(0, false).overwrittenUpTo == size_t{512} << 10);  // unknown

@@ -132,7 +132,7 @@ TEST_CASE("copy tuner: kernels within the noise of each other do not flip back a
   CHECK(flips == 0);
 }
 
-TEST_CASE("copy tuner: shapes are timed apart; past the table's size new shapes run their fallback untimed") {
+TEST_CASE("copy tuner: shapes are timed apart, past the table's size new shapes run their fallback untimed") {
   std::mt19937 rng(7);
   CopyTuner tuner;
   int plans[2];

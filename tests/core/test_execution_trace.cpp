@@ -206,7 +206,7 @@ TEST_CASE("TOPOCCL_TRACE_FILE writes every call and every step each rank ran, in
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("TOPOCCL_TRACE_SPANS below 1 is refused by name; an unwritable trace path is a warning, not a failure") {
+TEST_CASE("TOPOCCL_TRACE_SPANS below 1 is refused by name, an unwritable trace path is a warning, not a failure") {
   {
     Overrides settings{{"TOPOCCL_TRACE_FILE", "/tmp/unused-%r.json"}, {"TOPOCCL_TRACE_SPANS", "0"}};
     const bootstrap::UniqueId id = bootstrap::createUniqueId();

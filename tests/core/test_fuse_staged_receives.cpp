@@ -111,7 +111,7 @@ TEST_CASE("a fused receive into bytes no send reads is not marked as receiving i
   CHECK(two[0].steps[1].intoSentBytes);
 }
 
-TEST_CASE("a receive-reduce into scratch copied over its own operand reduces in place; a shifted operand stays staged") {
+TEST_CASE("a receive-reduce into scratch copied over its own operand reduces in place, a shifted operand stays staged") {
   Buffers b;
   // 2-rank recursive doubling in place: send the buffer, reduce the peer's into scratch with it, copy it back.
   core::ResolvedLane lane;

@@ -81,7 +81,7 @@ TEST_CASE("GPU sends and receives: a group with every peer both ways fits the re
     }
 }
 
-TEST_CASE("GPU sends and receives: auto stages them where ranks share a GPU unsafely; kernel and staged force") {
+TEST_CASE("GPU sends and receives: auto stages them where ranks share a GPU unsafely, kernel and staged force") {
   core::GpuPointToPointPlacement own;  // every rank on a GPU of its own
   own.nranks = 2;
   own.maxLanes = 32;

@@ -146,7 +146,7 @@ TEST_CASE("core: job hooks hold a job until its input is ready, and release it a
   }
 }
 
-TEST_CASE("core: a failing before-hook fails its job without running it; after runs for every job, dropped ones too",
+TEST_CASE("a failing before-hook fails its job without running it, after runs for every job, dropped ones too",
           "[core][hooks]") {
   const bootstrap::UniqueId id = bootstrap::createUniqueId();
   auto comm = core::Communicator::create(id, 1, 0, core::CommOptions{});

@@ -164,7 +164,7 @@ TEST_CASE("launch order: a rank waits for a peer's earlier calls, and not for a 
   CHECK_NOTHROW(a.waitForPeers(7, 50ms, [] { return false; }, "call 7"));
 }
 
-TEST_CASE("launch order: a peer that never enqueues is an error naming it within the timeout; abort stops the wait") {
+TEST_CASE("launch order: a peer that never enqueues is an error naming it within the timeout, abort stops the wait") {
   core::LaunchOrder a(2), b(5);
   a.addPeer(5, b.key());
   std::thread other([&] { b.drivenByThisThread(); });

@@ -179,7 +179,7 @@ TEST_CASE("plan files: synthesized DGX-1 and 2-node plans run in the executor an
   }
 }
 
-TEST_CASE("plan files: published TACCL all-gather plans run in place; plans for other rank counts are skipped",
+TEST_CASE("plan files: published TACCL all-gather plans run in place, plans for other rank counts are skipped",
           "[plan-files]") {
   std::mt19937_64 rng(freshSeed());
   const std::string two = dataFile("msccl/taccl_allgather.A.n1.gpu2.i3.xml");

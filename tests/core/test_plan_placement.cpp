@@ -75,7 +75,7 @@ std::vector<std::vector<float>> randomInputs(int nranks, size_t elements, std::m
 
 }  // namespace
 
-TEST_CASE("out-of-place all-to-all copies straight into the output; in place it stages through scratch") {
+TEST_CASE("out-of-place all-to-all copies straight into the output, in place it stages through scratch") {
   const uint64_t seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   INFO("seed " << seed);
   std::mt19937_64 random(seed);

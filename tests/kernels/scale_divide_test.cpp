@@ -177,7 +177,7 @@ TEST_CASE("reciprocalScalar is 1/n correctly rounded (truncated for integers)", 
   CHECK(tiny.bytes[0] == 0x00);
 }
 
-TEST_CASE("divide and reciprocal reject zero; unknown types are rejected", "[kernels][divide][errors]") {
+TEST_CASE("divide and reciprocal reject zero, unknown types are rejected", "[kernels][divide][errors]") {
   CHECK(errorCodeOf([] {
           int32_t x = 1;
           hostDivide(DataType::Int32, &x, &x, 1, 0);

@@ -168,7 +168,7 @@ TEST_CASE("cluster: a GPU reaches a GPU on another host over NET through its rai
   }
 }
 
-TEST_CASE("cluster: without spines rails meet only inside hosts; with spines the network changes rails", "[cluster]") {
+TEST_CASE("cluster: without spines rails meet only inside hosts, with spines the network changes rails", "[cluster]") {
   // h0/gpu0 uses rail 0, h1/gpu2 uses rail 1 (nic1 on pcisw1).
   SECTION("no spine: still NET, out through rail 0, no spine on the route") {
     Topology c = buildCluster(loadPreset("dgx1"), rails(2, 0));
@@ -284,7 +284,7 @@ TEST_CASE("cluster: JSON round trip of a cluster keeps the fingerprint", "[clust
   CHECK(buildCluster(loadPreset("dgx1"), rails(1)).fingerprint() != loadPreset("dgx1").fingerprint());
 }
 
-TEST_CASE("fuse: reports in any order give the same graph; host index = sorted identity", "[cluster]") {
+TEST_CASE("fuse: reports in any order give the same graph, host index = sorted identity", "[cluster]") {
   Topology dgx1 = loadPreset("dgx1");
   Topology ndv4 = loadTopologyFile(dataFile("nccl_azure-ndv4-topo.xml"));
   Topology ndv2 = loadTopologyFile(dataFile("nccl_azure-ndv2-topo.xml"));
@@ -321,7 +321,7 @@ TEST_CASE("fuse: reports in any order give the same graph; host index = sorted i
   CHECK(fuseHosts(reports, options).fingerprint() != reference.fingerprint());
 }
 
-TEST_CASE("fuse: identical reports of one host collapse; fusing copies equals buildCluster", "[cluster]") {
+TEST_CASE("fuse: identical reports of one host collapse, fusing copies equals buildCluster", "[cluster]") {
   Topology dgx1 = loadPreset("dgx1");
   std::vector<HostReport> many;
   for (int rank = 0; rank < 8; ++rank) many.push_back({"alpha", dgx1});

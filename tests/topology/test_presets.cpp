@@ -286,7 +286,7 @@ TEST_CASE("presets: p4d shares each EFA between the 2 GPUs of its switch", "[pre
   CHECK(groups == std::set<std::set<int>>{{0, 1}, {2, 3}, {4, 5}, {6, 7}});
 }
 
-TEST_CASE("presets: pcie8 has no NVLink; pairs are PIX on a switch, PHB on a socket, SYS across", "[presets]") {
+TEST_CASE("presets: pcie8 has no NVLink, pairs are PIX on a switch, PHB on a socket, SYS across", "[presets]") {
   Topology t = loadPreset("pcie8");
   for (const Link& l : t.links()) CHECK(l.kind != LinkKind::NvLink);
   CHECK(t.path(gpuAt(t, 0), gpuAt(t, 1)).cls == PathClass::PIX);
